@@ -1,0 +1,130 @@
+"""The stored payload: one Fluentd PackedForward message `[tag, entries, option]` per Event.
+
+`entries` is bin: concatenated msgpack `[time, record]`, time an EventTime
+(ext 0: uint32 BE seconds, uint32 BE nanoseconds). Decoding also accepts what a
+Forward client may have sent and was stored unchanged: integer times and
+Forward v1.5 `[[time, meta], record]` entries.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from logport.errors import LogportError
+
+EVENT_TIME_EXT = 0
+_EVENT_TIME = struct.Struct(">II")
+_NANOS = 1_000_000_000
+
+
+class BatchDecodeError(LogportError):
+    """A stored event body is not a PackedForward batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    seconds: int
+    nanos: int
+    record: Any
+    meta: dict[str, Any] | None = None
+
+    @property
+    def time_ns(self) -> int:
+        return self.seconds * _NANOS + self.nanos
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    tag: str
+    entries: bytes
+    option: dict[str, Any] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter_entries(self.entries)
+
+    @property
+    def size(self) -> int | None:
+        size = self.option.get("size")
+        return size if isinstance(size, int) else None
+
+
+def event_time(seconds: int, nanos: int = 0) -> msgpack.ExtType:
+    return msgpack.ExtType(EVENT_TIME_EXT, _EVENT_TIME.pack(seconds & 0xFFFFFFFF, nanos))
+
+
+def split_ns(time_ns: int) -> tuple[int, int]:
+    return divmod(time_ns, _NANOS)
+
+
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def pack_entry(seconds: int, nanos: int, record: Any) -> bytes:
+    """One `[EventTime, record]` entry."""
+    return _packer.pack([event_time(seconds, nanos), record])
+
+
+def pack_entries(entries: Iterable[tuple[int, int, Any]]) -> bytes:
+    """Concatenated `[EventTime, record]` entries from (seconds, nanos, record) triples."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    for seconds, nanos, record in entries:
+        packer.pack([event_time(seconds, nanos), record])
+    return packer.bytes()
+
+
+def encode_batch(tag: str, entries: bytes | Iterable[tuple[int, int, Any]], option: dict[str, Any]) -> bytes:
+    """The stored body. `entries` is already-packed bytes (stored as they are) or triples to pack."""
+    if not isinstance(entries, bytes | bytearray | memoryview):
+        entries = pack_entries(entries)
+    return _packer.pack([tag, bytes(entries), option])
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EVENT_TIME_EXT and len(data) == 8:
+        return _EVENT_TIME.unpack(data)
+    return msgpack.ExtType(code, data)
+
+
+def decode_batch(body: bytes | memoryview) -> StoredBatch:
+    """Read `[tag, entries, option]`; the entries stay packed until iterated."""
+    try:
+        obj = msgpack.unpackb(body, raw=False, ext_hook=_ext_hook, strict_map_key=False)
+    except Exception as e:
+        raise BatchDecodeError(f"stored event is not a msgpack batch: {e}") from None
+    if not (isinstance(obj, list) and len(obj) in (2, 3) and isinstance(obj[0], str)):
+        raise BatchDecodeError("stored event is not a [tag, entries, option] batch")
+    entries = obj[1]
+    if isinstance(entries, str):  # a str payload is binary all the same (Fluentd sends str32)
+        entries = entries.encode("utf-8", "surrogateescape")
+    if not isinstance(entries, bytes):
+        raise BatchDecodeError("stored batch entries are not bin")
+    option = obj[2] if len(obj) == 3 and isinstance(obj[2], dict) else {}
+    return StoredBatch(obj[0], entries, option)
+
+
+def time_of(value: Any) -> tuple[int, int]:
+    """(seconds, nanos) of a Forward time: EventTime (decoded by _ext_hook) or integer seconds."""
+    if isinstance(value, tuple):
+        return value[0], value[1]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, 0
+    raise BatchDecodeError(f"entry time {value!r} is neither EventTime nor an integer")
+
+
+def iter_entries(entries: bytes) -> Iterator[Entry]:
+    unpacker = msgpack.Unpacker(raw=False, ext_hook=_ext_hook, strict_map_key=False, max_buffer_size=0)
+    unpacker.feed(entries)
+    for item in unpacker:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise BatchDecodeError(f"entry is not [time, record]: {item!r:.80}")
+        t, record = item
+        meta = None
+        if isinstance(t, list) and len(t) == 2:  # Forward v1.5 [[time, meta], record]
+            t, meta = t
+        seconds, nanos = time_of(t)
+        yield Entry(seconds, nanos, record, meta if isinstance(meta, dict) else None)

@@ -1,0 +1,280 @@
+"""TOML configuration: one dataclass per section, every setting with its default.
+
+`load_config(path)` refuses unknown keys and badly typed values at start, naming
+the key and the value. Sizes are in bytes, durations in seconds unless a name
+says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from logport.errors import ConfigError
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class TLSConfig:
+    """TLS for one listener: off unless `cert` and `key` are set."""
+
+    cert: str = ""
+    key: str = ""
+    client_ca: str = ""  # CA bundle used to verify client certificates
+    verify_client: bool = False  # require a client certificate signed by client_ca
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert)
+
+
+@dataclass
+class HubConfig:
+    hostname: str = ""  # advertised host name; empty = socket.gethostname()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+
+
+@dataclass
+class StoreConfig:
+    data_dir: str = "./data"
+    fsync: Literal["always", "interval", "never"] = "always"
+    fsync_interval: float = 1.0  # seconds between fdatasyncs with fsync = "interval"
+    chunk_size: int = 64 * MiB  # a segment's chunk file rolls past this size
+    max_frame_size: int = 16 * MiB  # largest event body the store accepts
+    max_segments: int = 10000
+    max_pending_bytes: int = 64 * MiB  # queued, unwritten appends per segment before appends wait
+    writer_state_limit: int = 100000  # writer ids (exactly-once state) kept per segment
+    retention_bytes: int = 0  # per segment; 0 = keep everything
+    retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever
+    retention_check_interval: float = 60.0
+
+
+@dataclass
+class MetricsConfig:
+    enabled: bool = True
+    bind: str = "127.0.0.1"
+    port: int = 24231
+
+
+@dataclass
+class RouteConfig:
+    """Events whose tag matches `match` (Fluentd patterns: `*`, `**`, `{a,b}`) go to `segment`."""
+
+    match: str = "**"
+    segment: str = ""
+
+
+@dataclass
+class ForwardConfig:
+    enabled: bool = True
+    bind: str = "127.0.0.1"
+    port: int = 24224
+    segment: str = "forward"
+    tls: TLSConfig = field(default_factory=TLSConfig)
+
+
+@dataclass
+class LumberjackConfig:
+    enabled: bool = True
+    bind: str = "127.0.0.1"
+    port: int = 5044
+    segment: str = "lumberjack"
+    tls: TLSConfig = field(default_factory=TLSConfig)
+
+
+@dataclass
+class SegmentServerConfig:
+    enabled: bool = True
+    bind: str = "127.0.0.1"
+    port: int = 12345
+    tls: TLSConfig = field(default_factory=TLSConfig)
+
+
+@dataclass
+class LogjamConfig:
+    enabled: bool = True
+    bind: str = "127.0.0.1"
+    router_port: int = 9604
+    pull_port: int = 9605
+    pub_port: int = 9606
+    segment: str = "logjam"
+
+
+@dataclass
+class ForwardOutputConfig:
+    """One durable output to a Fluentd-compatible server."""
+
+    name: str = ""
+    segment: str = "forward"
+    host: str = "127.0.0.1"
+    port: int = 24224
+
+
+@dataclass
+class LumberjackOutputConfig:
+    """One durable output to a Logstash-compatible (Beats input) server."""
+
+    name: str = ""
+    segment: str = "lumberjack"
+    host: str = "127.0.0.1"
+    port: int = 5044
+
+
+@dataclass
+class OutputsConfig:
+    forward: list[ForwardOutputConfig] = field(default_factory=list)
+    lumberjack: list[LumberjackOutputConfig] = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    hub: HubConfig = field(default_factory=HubConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    forward: ForwardConfig = field(default_factory=ForwardConfig)
+    lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
+    segment: SegmentServerConfig = field(default_factory=SegmentServerConfig)
+    logjam: LogjamConfig = field(default_factory=LogjamConfig)
+    routes: list[RouteConfig] = field(default_factory=list)
+    outputs: OutputsConfig = field(default_factory=OutputsConfig)
+
+    def listener_sections(self) -> list[Any]:
+        return [self.forward, self.lumberjack, self.segment, self.logjam]
+
+    def override_bind(self, bind: str) -> None:
+        """`--bind` sets the address of every listener and of the metrics endpoint."""
+        for section in self.listener_sections():
+            section.bind = bind
+        self.metrics.bind = bind
+
+
+def load_config(path: str | Path | None = None, *, data_dir: str | None = None, bind: str | None = None) -> Config:
+    """Read a TOML file (or take every default), then apply command-line overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    config = build(Config, raw, "")
+    if data_dir is not None:
+        config.store.data_dir = data_dir
+    if bind is not None:
+        config.override_bind(bind)
+    validate(config)
+    return config
+
+
+def build(cls: type, raw: Any, where: str) -> Any:
+    """Build dataclass `cls` from a TOML table, refusing unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{where or 'root'}] must be a table, not {raw!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown config key {_join(where, key)!r} (known: {', '.join(sorted(known))})")
+    kwargs = {key: _coerce(hints[key], value, _join(where, key)) for key, value in raw.items()}
+    return cls(**kwargs)
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, key)  # type: ignore[arg-type]
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"config key {key!r} has value {value!r}; allowed: {', '.join(map(repr, allowed))}")
+        return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"config key {key!r} must be a list, not {value!r}")
+        return [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key!r} must be a table, not {value!r}")
+        return {str(k): _coerce(val_tp, v, f"{key}.{k}") for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            if option is type(None) and value is None:
+                return None
+            try:
+                return _coerce(option, value, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"config key {key!r} has value {value!r} of the wrong type ({tp})")
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"config key {key!r} must be a number, not {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key {key!r} must be an integer, not {value!r}")
+        return value
+    if tp in (str, bool):
+        if not isinstance(value, tp):
+            raise ConfigError(f"config key {key!r} must be a {tp.__name__}, not {value!r}")
+        return value
+    if tp is Any:
+        return value
+    raise ConfigError(f"config key {key!r}: unsupported type {tp}")
+
+
+def _check_port(key: str, port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"config key {key!r} has value {port}; a port is 0..65535")
+
+
+def _check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"config key {key!r} has value {value}; it must be {'>= 0' if zero_ok else '> 0'}")
+
+
+def validate(config: Config) -> None:
+    """Range checks that types alone cannot express."""
+    s = config.store
+    _check_positive("store.chunk_size", s.chunk_size)
+    _check_positive("store.max_frame_size", s.max_frame_size)
+    if s.max_frame_size + 8 > s.chunk_size:
+        raise ConfigError(
+            f"config key 'store.max_frame_size' has value {s.max_frame_size}; "
+            f"it must leave room for a frame header in store.chunk_size {s.chunk_size}"
+        )
+    _check_positive("store.max_segments", s.max_segments)
+    _check_positive("store.max_pending_bytes", s.max_pending_bytes)
+    _check_positive("store.writer_state_limit", s.writer_state_limit)
+    _check_positive("store.fsync_interval", s.fsync_interval)
+    _check_positive("store.retention_bytes", s.retention_bytes, zero_ok=True)
+    _check_positive("store.retention_age", s.retention_age, zero_ok=True)
+    _check_positive("store.retention_check_interval", s.retention_check_interval)
+    _check_port("metrics.port", config.metrics.port)
+    for name in ("forward", "lumberjack", "segment"):
+        section = getattr(config, name)
+        _check_port(f"{name}.port", section.port)
+        tls = section.tls
+        if bool(tls.cert) != bool(tls.key):
+            raise ConfigError(f"config keys '{name}.tls.cert' and '{name}.tls.key' must be set together")
+        if tls.verify_client and not tls.client_ca:
+            raise ConfigError(f"config key '{name}.tls.verify_client' is true but '{name}.tls.client_ca' is empty")
+    for key in ("router_port", "pull_port", "pub_port"):
+        _check_port(f"logjam.{key}", getattr(config.logjam, key))
+    for i, route in enumerate(config.routes):
+        if not route.segment:
+            raise ConfigError(f"config key 'routes[{i}].segment' must name a segment")

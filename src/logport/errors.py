@@ -1,0 +1,129 @@
+"""The one exception hierarchy of logport.
+
+Messages name the peer, the limit and the value, e.g.
+"frame of 70000000 bytes from 127.0.0.1:5123 exceeds chunk_size_limit 67108864".
+"""
+
+from __future__ import annotations
+
+
+class LogportError(Exception):
+    """Base of every error logport raises on purpose."""
+
+
+class ConfigError(LogportError):
+    """The configuration names an unknown key or holds a bad value."""
+
+
+# --- protocols (h11 style: the peer broke the protocol, or we tried to) ---
+
+
+class ProtocolError(LogportError):
+    """A protocol was violated. `peer` is filled in by the I/O adapter."""
+
+    def __init__(self, message: str, *, peer: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.peer = peer
+
+    def __str__(self) -> str:
+        if self.peer:
+            return f"{self.message} (peer {self.peer})"
+        return self.message
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol does not allow."""
+
+
+class LimitExceeded(RemoteProtocolError):
+    """The peer went over a configured limit (size, count, decompressed size)."""
+
+    def __init__(self, what: str, value: int, limit_name: str, limit: int, *, peer: str | None = None) -> None:
+        super().__init__(f"{what} of {value} bytes exceeds {limit_name} {limit}", peer=peer)
+        self.what = what
+        self.value = value
+        self.limit_name = limit_name
+        self.limit = limit
+
+    def __str__(self) -> str:
+        if self.peer:
+            return f"{self.what} of {self.value} bytes from {self.peer} exceeds {self.limit_name} {self.limit}"
+        return self.message
+
+
+class LocalProtocolError(ProtocolError):
+    """We tried to send something the protocol does not allow."""
+
+
+class AuthenticationError(RemoteProtocolError):
+    """The peer failed a handshake (shared key, user, token)."""
+
+
+# --- store ---
+
+
+class StoreError(LogportError):
+    """Base of segment store errors."""
+
+
+class NoSuchSegment(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no such segment {name!r}")
+        self.name = name
+
+
+class SegmentExists(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"segment {name!r} already exists")
+        self.name = name
+
+
+class InvalidSegmentName(StoreError):
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid segment name {name!r}: {reason}")
+        self.name = name
+
+
+class SegmentSealed(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"segment {name!r} is sealed")
+        self.name = name
+
+
+class OffsetTruncated(StoreError):
+    """A read below the segment's start offset (retention or truncation removed it)."""
+
+    def __init__(self, name: str, offset: int, start_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} of segment {name!r} is truncated; the segment starts at {start_offset}"
+        )
+        self.name = name
+        self.offset = offset
+        self.start_offset = start_offset
+
+
+class WriterOffsetMismatch(StoreError):
+    """A conditional append does not continue the writer's stored offset (a gap)."""
+
+    def __init__(self, name: str, writer: bytes, expected: int, got: int) -> None:
+        super().__init__(
+            f"writer {writer.hex()} on segment {name!r} continues from {got} "
+            f"but its stored offset is {expected}"
+        )
+        self.name = name
+        self.writer = writer
+        self.expected = expected
+        self.got = got
+
+
+class StoreLimitExceeded(StoreError):
+    """A configured store limit (frame size, segment count) was hit."""
+
+
+class StoreClosed(StoreError):
+    """The store is closed or closing."""
+
+
+class StoreWriteFailed(StoreError):
+    """A write or fsync failed (disk full, I/O error); nothing of it was acknowledged."""

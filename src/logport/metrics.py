@@ -1,0 +1,37 @@
+"""Prometheus metrics: one registry per hub, served as text at /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class Metrics:
+    """The hub's registry and the store's own metrics; protocol modules add theirs to `registry`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.appends = Counter("logport_store_appends", "Appends acknowledged by the store", ["segment"], registry=r)
+        self.append_bytes = Counter("logport_store_append_bytes", "Bytes appended (frames)", ["segment"], registry=r)
+        self.append_duplicates = Counter(
+            "logport_store_append_duplicates", "Conditional appends recognised as retries and not stored again",
+            ["segment"], registry=r,
+        )
+        self.write_errors = Counter("logport_store_write_errors", "Failed writes or fsyncs", ["segment"], registry=r)
+        self.fsyncs = Counter("logport_store_fsyncs", "fdatasync calls", registry=r)
+        self.fsync_seconds = Histogram(
+            "logport_store_fsync_seconds", "fdatasync latency", buckets=FSYNC_BUCKETS, registry=r
+        )
+        self.segment_bytes = Gauge(
+            "logport_segment_bytes", "Bytes held by a segment (end - start offset)", ["segment"], registry=r
+        )
+        self.segment_end_offset = Gauge("logport_segment_end_offset", "A segment's end offset", ["segment"], registry=r)
+        self.pending_bytes = Gauge(
+            "logport_store_pending_bytes", "Bytes queued for the next group commit", ["segment"], registry=r
+        )
+
+    def serve(self, bind: str, port: int) -> None:
+        """Serve /metrics from a daemon thread (prometheus_client's own server)."""
+        start_http_server(port, addr=bind, registry=self.registry)

@@ -1,0 +1,131 @@
+"""Frames as the segment store keeps them: int32 BE type, uint32 BE length, body.
+
+Type 0 is an Event (the segment protocol's own Event message); negative types
+are the store's own records, which readers skip.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+HEADER: Final = struct.Struct(">iI")
+HEADER_SIZE: Final = HEADER.size
+EVENT: Final = 0
+# body: uint64 writer offset, uint32 length of the data frames that follow, writer key
+WRITER_RECORD: Final = -1
+# body: uint32 count, then per writer: uint16 key length, key, uint64 offset
+WRITER_TABLE: Final = -2
+
+_WRITER_RECORD_FIXED = struct.Struct(">QI")
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+
+
+def frame(body: bytes | memoryview, frame_type: int = EVENT) -> bytes:
+    return HEADER.pack(frame_type, len(body)) + bytes(body)
+
+
+def frame_events(bodies: Iterable[bytes | memoryview]) -> bytes:
+    parts: list[bytes | memoryview] = []
+    pack = HEADER.pack
+    for body in bodies:
+        parts.append(pack(EVENT, len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+def writer_record(key: bytes, value: int, data_length: int) -> bytes:
+    return frame(_WRITER_RECORD_FIXED.pack(value, data_length) + key, WRITER_RECORD)
+
+
+def parse_writer_record(body: bytes | memoryview) -> tuple[bytes, int, int]:
+    """(key, writer offset, length of the data that the record covers)."""
+    value, data_length = _WRITER_RECORD_FIXED.unpack_from(body, 0)
+    return bytes(body[_WRITER_RECORD_FIXED.size :]), value, data_length
+
+
+def writer_table(writers: dict[bytes, int]) -> bytes:
+    parts = [_U32.pack(len(writers))]
+    for key, value in writers.items():
+        parts.append(_U16.pack(len(key)))
+        parts.append(key)
+        parts.append(_U64.pack(value))
+    return frame(b"".join(parts), WRITER_TABLE)
+
+
+def parse_writer_table(body: bytes | memoryview) -> dict[bytes, int]:
+    (count,) = _U32.unpack_from(body, 0)
+    pos = 4
+    out: dict[bytes, int] = {}
+    for _ in range(count):
+        (n,) = _U16.unpack_from(body, pos)
+        key = bytes(body[pos + 2 : pos + 2 + n])
+        (value,) = _U64.unpack_from(body, pos + 2 + n)
+        out[key] = value
+        pos += 2 + n + 8
+    return out
+
+
+def iter_frames(data: bytes | bytearray | memoryview, base_offset: int = 0) -> Iterator[tuple[int, int, memoryview]]:
+    """(offset, type, body) of each whole frame in `data`; an incomplete tail is left out."""
+    view = memoryview(data)
+    pos = 0
+    end = len(view)
+    unpack = HEADER.unpack_from
+    while pos + HEADER_SIZE <= end:
+        frame_type, length = unpack(view, pos)
+        stop = pos + HEADER_SIZE + length
+        if stop > end:
+            return
+        yield base_offset + pos, frame_type, view[pos + HEADER_SIZE : stop]
+        pos = stop
+
+
+def complete_prefix(data: bytes | bytearray | memoryview) -> int:
+    """Length of the longest prefix of `data` made of whole frames."""
+    pos = 0
+    end = len(data)
+    unpack = HEADER.unpack_from
+    while pos + HEADER_SIZE <= end:
+        _, length = unpack(data, pos)
+        stop = pos + HEADER_SIZE + length
+        if stop > end:
+            break
+        pos = stop
+    return pos
+
+
+def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
+    """Scan a chunk's bytes: (length to keep, writer state at its end).
+
+    A torn final frame is cut. A writer record is valid only when all of the
+    data it covers is present; otherwise the record and its data are cut too,
+    so the data and the writer offset that acknowledges it stay in step.
+    """
+    writers: dict[bytes, int] = {}
+    pending: tuple[int, int, bytes, int] | None = None  # (record start, covered end, key, value)
+    keep = 0
+    for offset, frame_type, body in iter_frames(data):
+        stop = offset + HEADER_SIZE + len(body)
+        if pending is not None and stop >= pending[1]:
+            if stop > pending[1]:  # a frame straddles the covered extent: not our layout
+                return pending[0], writers
+            writers[pending[2]] = pending[3]
+            pending = None
+        if frame_type == WRITER_TABLE and offset == 0:
+            writers = parse_writer_table(body)
+        elif frame_type == WRITER_RECORD:
+            if pending is not None:
+                return pending[0], writers
+            key, value, data_length = parse_writer_record(body)
+            if data_length == 0:
+                writers[key] = value
+            else:
+                pending = (offset, stop + data_length, key, value)
+        keep = stop
+    if pending is not None:
+        return pending[0], writers
+    return keep, writers

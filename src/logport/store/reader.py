@@ -1,0 +1,120 @@
+"""Read a data directory without a running hub (or beside one): CLI, Spark executors, tools.
+
+Read-only: it never cuts a torn tail, it just stops before an incomplete frame.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from logport.batch import BatchDecodeError, decode_batch, iter_entries
+from logport.errors import NoSuchSegment, OffsetTruncated
+from logport.store import frames
+from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState, check_segment_name
+
+READ_SIZE = 4 * 1024 * 1024
+
+
+class DirectoryReader:
+    def __init__(self, data_dir: str | Path) -> None:
+        self.root = Path(data_dir) / SEGMENTS_DIR
+        self._readers: dict[str, ChunkReader] = {}
+
+    def segment_names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+
+    def _reader(self, name: str, refresh: bool = False) -> ChunkReader:
+        reader = self._readers.get(name)
+        if reader is None:
+            check_segment_name(name)
+            seg_dir = self.root / name
+            if not seg_dir.is_dir():
+                raise NoSuchSegment(name)
+            reader = self._readers[name] = ChunkReader(seg_dir)
+        elif refresh:
+            reader.refresh()
+        return reader
+
+    def bounds(self, name: str) -> tuple[int, int, bool]:
+        """(start offset, end offset as the files stand, sealed)."""
+        reader = self._reader(name, refresh=True)
+        state = SegmentState.load(reader.seg_dir)
+        end = reader.chunk_end(reader.bases[-1]) if reader.bases else state.start_offset
+        start = max(state.start_offset, reader.bases[0] if reader.bases else 0)
+        return start, end, state.sealed
+
+    def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
+        """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
+        reader = self._reader(name)
+        offset = start
+        while offset < end:
+            data = reader.pread(offset, read_size, end if end > offset else offset)
+            if not data:
+                return
+            consumed = 0
+            for frame_offset, frame_type, body in frames.iter_frames(data, offset):
+                consumed = frame_offset - offset + frames.HEADER_SIZE + len(body)
+                yield frame_offset, frame_type, body
+            if consumed == 0:
+                if len(data) >= frames.HEADER_SIZE:
+                    _, length = frames.HEADER.unpack_from(data, 0)
+                    whole = reader.pread(offset, frames.HEADER_SIZE + length, end)
+                    if len(whole) == frames.HEADER_SIZE + length:
+                        frame_type, _ = frames.HEADER.unpack_from(whole, 0)
+                        yield offset, frame_type, memoryview(whole)[frames.HEADER_SIZE :]
+                        offset += len(whole)
+                        continue
+                return  # an incomplete frame at the end of what is written
+            offset += consumed
+
+    def iter_events(self, name: str, start: int | None = None, end: int | None = None) -> Iterator[tuple[int, memoryview]]:
+        """(offset, body) of each Event frame; the store's own records are skipped."""
+        lo, hi, _ = self.bounds(name)
+        if start is None:
+            start = lo
+        elif start < lo:
+            raise OffsetTruncated(name, start, lo)
+        for offset, frame_type, body in self.iter_frames(name, start, hi if end is None else min(end, hi)):
+            if frame_type == frames.EVENT:
+                yield offset, body
+
+    def follow(self, name: str, start: int | None = None, *, follow: bool = False,
+               poll: float = 0.05) -> Iterator[tuple[str, int, memoryview]]:
+        """Events from `start`; with `follow`, keep polling the files for more."""
+        lo, _, _ = self.bounds(name)
+        offset = lo if start is None else start
+        while True:
+            lo, hi, sealed = self.bounds(name)
+            if offset < lo:
+                raise OffsetTruncated(name, offset, lo)
+            for frame_offset, frame_type, body in self.iter_frames(name, offset, hi):
+                offset = frame_offset + frames.HEADER_SIZE + len(body)
+                if frame_type == frames.EVENT:
+                    yield name, frame_offset, body
+            if not follow or sealed:
+                return
+            time.sleep(poll)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """A row of `logport segments`: offsets, bytes, events (entries of batches; 1 per opaque event)."""
+        start, end, sealed = self.bounds(name)
+        events = 0
+        for _, body in self.iter_events(name, start, end):
+            events += count_events(body)
+        return {"segment": name, "start_offset": start, "end_offset": end, "bytes": end - start,
+                "events": events, "sealed": sealed}
+
+
+def count_events(body: bytes | memoryview) -> int:
+    try:
+        batch = decode_batch(body)
+    except BatchDecodeError:
+        return 1
+    if batch.size is not None:
+        return batch.size
+    return sum(1 for _ in iter_entries(batch.entries))

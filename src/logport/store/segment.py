@@ -1,0 +1,445 @@
+"""One segment: recovery on open, the group-commit writer, tail reads, seal, truncation."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from logport.config import StoreConfig
+from logport.errors import (
+    OffsetTruncated,
+    SegmentSealed,
+    StoreClosed,
+    StoreError,
+    StoreWriteFailed,
+    WriterOffsetMismatch,
+)
+from logport.store import frames
+from logport.store.files import ChunkReader, SegmentState, chunk_path, fsync_dir, list_chunk_bases
+
+
+@dataclass(frozen=True, slots=True)
+class WriterCondition:
+    """Makes an append exactly-once for one writer (a segment-protocol connection id, a chunk id).
+
+    The store keeps, per `key`, the writer offset its last stored append reached.
+    An append that would not move it past `end` is a retry: acknowledged, not
+    stored again. With `start` set, an append must continue exactly from the
+    stored offset, or it is refused (a gap).
+    """
+
+    key: bytes
+    end: int
+    start: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    offset: int  # offset of the first appended frame (the segment's end, for a duplicate)
+    end_offset: int  # the segment's end after the append
+    duplicate: bool = False
+    writer_offset: int | None = None  # the writer's stored offset after the append
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    data: bytes
+    offset: int
+    at_tail: bool
+    end_of_segment: bool  # sealed, and nothing more to read
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    name: str
+    start_offset: int
+    end_offset: int
+    sealed: bool
+    chunks: int
+
+    @property
+    def bytes(self) -> int:
+        return self.end_offset - self.start_offset
+
+
+class _Pending:
+    __slots__ = ("framed", "writer", "future", "size")
+
+    def __init__(self, framed: bytes, writer: WriterCondition | None, future: asyncio.Future[AppendResult]) -> None:
+        self.framed = framed
+        self.writer = writer
+        self.future = future
+        self.size = len(framed)
+
+
+OnCommit = Callable[[str, int, int], None]  # (segment, appends, bytes)
+
+
+class Segment:
+    def __init__(self, name: str, seg_dir: Path, config: StoreConfig, on_commit: OnCommit | None = None,
+                 on_fsync: Callable[[float], None] | None = None) -> None:
+        self.name = name
+        self.dir = seg_dir
+        self.config = config
+        self._on_commit = on_commit
+        self._on_fsync = on_fsync
+        self.state = SegmentState()
+        self.reader = ChunkReader(seg_dir) if seg_dir.exists() else None
+        self.writers: collections.OrderedDict[bytes, int] = collections.OrderedDict()
+        self.end = 0  # readers see [start_offset, end): written, and fsync'd under fsync=always
+        self._write_pos = 0  # where the next write goes (== end between commits)
+        self._base = 0  # base offset of the active chunk
+        self._fd = -1
+        self._queue: list[_Pending] = []
+        self.pending_bytes = 0
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._tail = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._fsync_task: asyncio.Task[None] | None = None
+        self._dirty = False
+        self._closing = False
+        self._sealing = False
+
+    # --- opening and recovery ---
+
+    def open_sync(self, create: bool) -> None:
+        """Recover from disk (cut a torn tail), or create the segment's directory."""
+        if create:
+            self.dir.mkdir(parents=True, exist_ok=False)
+            self.state.save(self.dir)
+            self._create_chunk_file(0, {})
+            fsync_dir(self.dir.parent)
+        self.state = SegmentState.load(self.dir)
+        bases = list_chunk_bases(self.dir)
+        if not bases:
+            self._create_chunk_file(self.state.start_offset, {})
+            bases = [self.state.start_offset]
+        # chunks wholly below the start offset (a retention pass cut short by a crash)
+        while len(bases) > 1 and bases[1] <= self.state.start_offset:
+            chunk_path(self.dir, bases.pop(0)).unlink(missing_ok=True)
+        while True:
+            base = bases[-1]
+            path = chunk_path(self.dir, base)
+            data = path.read_bytes()
+            keep, writers = frames.recover_chunk(data)
+            if keep < len(data):
+                with open(path, "r+b") as f:
+                    f.truncate(keep)
+                    os.fsync(f.fileno())
+            if keep == 0 and len(bases) > 1:
+                path.unlink()  # a chunk torn while it was being started
+                bases.pop()
+                continue
+            break
+        self.writers = collections.OrderedDict(writers)
+        self._base = base
+        self.end = self._write_pos = base + keep
+        self._fd = os.open(chunk_path(self.dir, base), os.O_WRONLY)
+        self.reader = ChunkReader(self.dir)
+
+    def _create_chunk_file(self, base: int, writers: dict[bytes, int]) -> int:
+        """A new chunk starting with the writer table (when there are writers); returns its size."""
+        path = chunk_path(self.dir, base)
+        head = frames.writer_table(writers) if writers else b""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            if head:
+                os.write(fd, head)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.dir)
+        return len(head)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._commit_loop(), name=f"commit:{self.name}")
+        if self.config.fsync == "interval":
+            self._fsync_task = asyncio.get_running_loop().create_task(self._interval_fsync())
+
+    # --- appends ---
+
+    async def append(self, framed: bytes, writer: WriterCondition | None) -> AppendResult:
+        if self._closing:
+            raise StoreClosed(f"store is closing; append to {self.name!r} refused")
+        if self.state.sealed or self._sealing:
+            raise SegmentSealed(self.name)
+        while self.pending_bytes >= self.config.max_pending_bytes and self._queue:
+            self._space.clear()
+            await self._space.wait()
+            if self._closing:
+                raise StoreClosed(f"store is closing; append to {self.name!r} refused")
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(framed, writer, future))
+        self.pending_bytes += len(framed)
+        self._wake.set()
+        return await future
+
+    async def _commit_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._queue:
+                if self._closing:
+                    return
+                continue
+            batch, self._queue = self._queue, []
+            accepted: list[_Pending] = []
+            claimed: dict[bytes, int] = {}
+            for p in batch:
+                w = p.writer
+                if w is not None:
+                    current = claimed.get(w.key, self.writers.get(w.key, 0))
+                    if w.end <= current:
+                        p.future.set_result(AppendResult(self.end, self.end, True, current))
+                        continue
+                    if w.start is not None and w.start != current:
+                        p.future.set_exception(WriterOffsetMismatch(self.name, w.key, current, w.start))
+                        continue
+                    claimed[w.key] = w.end
+                accepted.append(p)
+            if accepted:
+                try:
+                    offsets = await loop.run_in_executor(None, self._write_sync, accepted)
+                except OSError as e:
+                    error = StoreWriteFailed(f"writing to segment {self.name!r} failed: {e}; nothing was acknowledged")
+                    for p in accepted:
+                        if not p.future.done():
+                            p.future.set_exception(error)
+                else:
+                    for key, value in claimed.items():
+                        self._set_writer(key, value)
+                    self.end = self._write_pos
+                    for p, offset in zip(accepted, offsets, strict=True):
+                        if not p.future.done():
+                            w = p.writer
+                            p.future.set_result(AppendResult(offset, self.end, False, w.end if w else None))
+                    self._tail.set()
+                    self._tail = asyncio.Event()
+                    if self._on_commit is not None:
+                        self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
+            self.pending_bytes -= sum(p.size for p in batch)
+            self._space.set()
+
+    def _set_writer(self, key: bytes, value: int) -> None:
+        self.writers[key] = value
+        self.writers.move_to_end(key)
+        while len(self.writers) > self.config.writer_state_limit:
+            self.writers.popitem(last=False)
+
+    def _write_sync(self, accepted: list[_Pending]) -> list[int]:
+        """In a worker thread: write every accepted append (rolling chunks), fsync per policy."""
+        start_base, start_pos = self._base, self._write_pos
+        created: list[int] = []
+        offsets: list[int] = []
+        parts: list[bytes] = []
+        pos = self._write_pos
+        writers = dict(self.writers)
+        try:
+            for p in accepted:
+                record = b""
+                if p.writer is not None:
+                    record = frames.writer_record(p.writer.key, p.writer.end, p.size)
+                n = len(record) + p.size
+                if pos > self._base and pos - self._base + n > self.config.chunk_size:
+                    self._flush(parts, pos)
+                    parts = []
+                    self._sync_active()
+                    pos += self._roll(pos, self._pruned(writers))
+                    created.append(pos)
+                if record:
+                    parts.append(record)
+                    writers[p.writer.key] = p.writer.end  # type: ignore[union-attr]
+                offsets.append(pos + len(record))
+                parts.append(p.framed)
+                pos += n
+            self._flush(parts, pos)
+            if self.config.fsync == "always":
+                self._sync_active()
+            else:
+                self._dirty = True
+        except OSError:
+            self._undo(start_base, start_pos, created)
+            raise
+        return offsets
+
+    def _pruned(self, writers: dict[bytes, int]) -> dict[bytes, int]:
+        limit = self.config.writer_state_limit
+        if len(writers) <= limit:
+            return writers
+        return dict(list(writers.items())[-limit:])
+
+    def _flush(self, parts: list[bytes], pos: int) -> None:
+        data = b"".join(parts)
+        view = memoryview(data)
+        at = self._write_pos - self._base
+        while view:
+            written = os.pwrite(self._fd, view, at)
+            at += written
+            view = view[written:]
+        self._write_pos = pos
+
+    def _sync_active(self) -> None:
+        t0 = time.perf_counter()
+        os.fdatasync(self._fd)
+        if self._on_fsync is not None:
+            self._on_fsync(time.perf_counter() - t0)
+
+    def _roll(self, base: int, writers: dict[bytes, int]) -> int:
+        """Start a new chunk at `base`; returns the size of its writer-table head."""
+        head = self._create_chunk_file(base, writers)
+        os.close(self._fd)
+        self._fd = os.open(chunk_path(self.dir, base), os.O_WRONLY)
+        self._base = base
+        self._write_pos = base + head
+        assert self.reader is not None
+        self.reader.add_chunk(base)
+        return head
+
+    def _undo(self, start_base: int, start_pos: int, created: list[int]) -> None:
+        """Put the files back as they were before a failed commit (best effort; reads stop at `end`)."""
+        try:
+            if created:
+                os.close(self._fd)
+                for base in created:
+                    chunk_path(self.dir, base).unlink(missing_ok=True)
+                assert self.reader is not None
+                self.reader.bases = [b for b in self.reader.bases if b not in created]
+                self._fd = os.open(chunk_path(self.dir, start_base), os.O_WRONLY)
+            os.ftruncate(self._fd, start_pos - start_base)
+        except OSError:
+            pass
+        self._base, self._write_pos = start_base, start_pos
+
+    async def _interval_fsync(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            await asyncio.sleep(self.config.fsync_interval)
+            if self._dirty:
+                self._dirty = False
+                try:
+                    await loop.run_in_executor(None, self._sync_active)
+                except OSError:
+                    self._dirty = True
+
+    # --- reads ---
+
+    async def read(self, offset: int, max_bytes: int, wait: float = 0.0) -> ReadResult:
+        """Bytes from `offset` (at most `max_bytes`, within one chunk); at the tail, wait for an append."""
+        if offset < self.state.start_offset:
+            raise OffsetTruncated(self.name, offset, self.state.start_offset)
+        if offset > self.end:
+            raise StoreError(f"offset {offset} is beyond the end {self.end} of segment {self.name!r}")
+        if offset == self.end and wait > 0 and not self.state.sealed and not self._closing:
+            tail = self._tail
+            try:
+                await asyncio.wait_for(tail.wait(), wait)
+            except TimeoutError:
+                pass
+            if offset < self.state.start_offset:
+                raise OffsetTruncated(self.name, offset, self.state.start_offset)
+        assert self.reader is not None
+        data = self.reader.pread(offset, max_bytes, self.end) if offset < self.end else b""
+        stop = offset + len(data)
+        return ReadResult(data, offset, stop >= self.end, stop >= self.end and self.state.sealed)
+
+    async def read_frames(self, offset: int, max_bytes: int, wait: float = 0.0) -> ReadResult:
+        """Like `read`, but whole frames only: at least one frame, even one larger than `max_bytes`."""
+        r = await self.read(offset, max_bytes, wait)
+        keep = frames.complete_prefix(r.data)
+        if keep == len(r.data):
+            return r
+        if keep == 0:
+            (_, length) = frames.HEADER.unpack_from(r.data, 0) if len(r.data) >= 8 else (0, 0)
+            if len(r.data) < 8:
+                assert self.reader is not None
+                head = self.reader.pread(offset, 8, self.end)
+                (_, length) = frames.HEADER.unpack_from(head, 0)
+            assert self.reader is not None
+            data = self.reader.pread(offset, frames.HEADER_SIZE + length, self.end)
+        else:
+            data = r.data[:keep]
+        stop = offset + len(data)
+        return ReadResult(data, offset, stop >= self.end, stop >= self.end and self.state.sealed)
+
+    # --- lifecycle ---
+
+    def info(self) -> SegmentInfo:
+        return SegmentInfo(self.name, self.state.start_offset, self.end, self.state.sealed,
+                           len(self.reader.bases) if self.reader else 0)
+
+    async def drain(self) -> None:
+        while self._queue or self.pending_bytes:
+            self._space.clear()
+            await self._space.wait()
+
+    async def seal(self) -> SegmentInfo:
+        self._sealing = True
+        await self.drain()
+        if not self.state.sealed:
+            self.state.sealed = True
+            await asyncio.get_running_loop().run_in_executor(None, self.state.save, self.dir)
+        self._tail.set()
+        return self.info()
+
+    async def truncate(self, offset: int) -> SegmentInfo:
+        """Move the start offset forward to `offset`; whole chunks below it are deleted."""
+        if offset > self.end:
+            raise StoreError(f"cannot truncate segment {self.name!r} at {offset}: its end is {self.end}")
+        if offset <= self.state.start_offset:
+            return self.info()
+        self.state.start_offset = offset
+        await asyncio.get_running_loop().run_in_executor(None, self._drop_chunks_below, offset)
+        return self.info()
+
+    def _drop_chunks_below(self, offset: int) -> None:
+        self.state.save(self.dir)
+        assert self.reader is not None
+        bases = self.reader.bases
+        keep_from = max((b for b in bases if b <= offset), default=bases[0])
+        for base in self.reader.drop_chunks_below(keep_from):
+            chunk_path(self.dir, base).unlink(missing_ok=True)
+
+    def retention_cut(self, max_bytes: int, max_age: float) -> int | None:
+        """The start offset retention asks for (whole chunks only; the active chunk stays), or None."""
+        assert self.reader is not None
+        bases = self.reader.bases
+        cut = None
+        now = time.time()
+        for i, base in enumerate(bases[:-1]):
+            next_base = bases[i + 1]
+            too_big = max_bytes > 0 and self.end - base > max_bytes
+            too_old = max_age > 0 and now - os.stat(chunk_path(self.dir, base)).st_mtime > max_age
+            if too_big or too_old:
+                cut = next_base
+            else:
+                break
+        return cut if cut is not None and cut > self.state.start_offset else None
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        self._space.set()
+        self._tail.set()
+        if self._task is not None:
+            await self._task
+        if self._fsync_task is not None:
+            self._fsync_task.cancel()
+        if self._fd >= 0:
+            if self.config.fsync != "never" or self._dirty:
+                os.fdatasync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        if self.reader is not None:
+            self.reader.close()

@@ -1,0 +1,178 @@
+"""The segment store: named, append-only, byte-addressed segments under DATA/segments/."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from logport.config import StoreConfig
+from logport.errors import NoSuchSegment, SegmentExists, StoreClosed, StoreLimitExceeded
+from logport.metrics import Metrics
+from logport.store import frames
+from logport.store.files import SEGMENTS_DIR, check_segment_name
+from logport.store.segment import AppendResult, ReadResult, Segment, SegmentInfo, WriterCondition
+
+log = logging.getLogger("logport.store")
+
+
+class SegmentStore:
+    """Appends are durable (per the fsync policy) when their coroutine returns."""
+
+    def __init__(self, config: StoreConfig, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.root = Path(config.data_dir) / SEGMENTS_DIR
+        self.metrics = metrics or Metrics()
+        self._segments: dict[str, Segment] = {}
+        self._creating: dict[str, asyncio.Future[Segment]] = {}
+        self._closed = False
+
+    @classmethod
+    async def open(cls, config: StoreConfig, metrics: Metrics | None = None) -> SegmentStore:
+        store = cls(config, metrics)
+        await asyncio.get_running_loop().run_in_executor(None, store._open_all)
+        for segment in store._segments.values():
+            segment.start()
+            store._update_gauges(segment)
+        return store
+
+    def _open_all(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.root.iterdir()):
+            if path.is_dir():
+                segment = self._new_segment(path.name)
+                segment.open_sync(create=False)
+                self._segments[path.name] = segment
+                log.info("segment opened", extra={"segment": path.name, "end_offset": segment.end})
+
+    def _new_segment(self, name: str) -> Segment:
+        return Segment(name, self.root / name, self.config, on_commit=self._committed, on_fsync=self._fsynced)
+
+    def _committed(self, name: str, appends: int, nbytes: int) -> None:
+        m = self.metrics
+        m.appends.labels(name).inc(appends)
+        m.append_bytes.labels(name).inc(nbytes)
+        self._update_gauges(self._segments[name])
+
+    def _fsynced(self, seconds: float) -> None:
+        self.metrics.fsyncs.inc()
+        self.metrics.fsync_seconds.observe(seconds)
+
+    def _update_gauges(self, segment: Segment) -> None:
+        info = segment.info()
+        self.metrics.segment_bytes.labels(segment.name).set(info.bytes)
+        self.metrics.segment_end_offset.labels(segment.name).set(info.end_offset)
+
+    # --- segments ---
+
+    def names(self) -> list[str]:
+        return sorted(self._segments)
+
+    def exists(self, name: str) -> bool:
+        return name in self._segments
+
+    def segment(self, name: str) -> Segment:
+        try:
+            return self._segments[name]
+        except KeyError:
+            raise NoSuchSegment(name) from None
+
+    def info(self, name: str) -> SegmentInfo:
+        return self.segment(name).info()
+
+    async def create(self, name: str, *, exist_ok: bool = True) -> SegmentInfo:
+        return (await self._get_or_create(name, exist_ok=exist_ok)).info()
+
+    async def _get_or_create(self, name: str, *, exist_ok: bool = True) -> Segment:
+        segment = self._segments.get(name)
+        if segment is not None:
+            if not exist_ok:
+                raise SegmentExists(name)
+            return segment
+        if self._closed:
+            raise StoreClosed("store is closed")
+        pending = self._creating.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        check_segment_name(name)
+        if len(self._segments) >= self.config.max_segments:
+            raise StoreLimitExceeded(
+                f"creating segment {name!r} would exceed max_segments {self.config.max_segments}"
+            )
+        future: asyncio.Future[Segment] = asyncio.get_running_loop().create_future()
+        self._creating[name] = future
+        try:
+            segment = self._new_segment(name)
+            await asyncio.get_running_loop().run_in_executor(None, segment.open_sync, True)
+            segment.start()
+            self._segments[name] = segment
+            future.set_result(segment)
+            log.info("segment created", extra={"segment": name})
+            return segment
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._creating[name]
+
+    # --- appends ---
+
+    async def append(self, name: str, bodies: Sequence[bytes | memoryview], *,
+                     writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
+        """Append events (one frame each) atomically; returns once durable per the fsync policy."""
+        limit = self.config.max_frame_size
+        for body in bodies:
+            if len(body) > limit:
+                raise StoreLimitExceeded(
+                    f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
+                )
+        return await self.append_framed(name, frames.frame_events(bodies), writer=writer, create=create)
+
+    async def append_framed(self, name: str, framed: bytes, *, writer: WriterCondition | None = None,
+                            create: bool = True) -> AppendResult:
+        """Append bytes that are already whole frames (the segment protocol's own Event messages).
+
+        The caller vouches that `framed` is a sequence of whole frames within max_frame_size.
+        """
+        segment = await self._get_or_create(name) if create else self.segment(name)
+        return await segment.append(framed, writer)
+
+    def writer_offset(self, name: str, key: bytes) -> int:
+        """The stored offset of a writer (0 for one never seen)."""
+        segment = self._segments.get(name)
+        return segment.writers.get(key, 0) if segment is not None else 0
+
+    # --- reads ---
+
+    async def read(self, name: str, offset: int, max_bytes: int, *, wait: float = 0.0) -> ReadResult:
+        return await self.segment(name).read(offset, max_bytes, wait)
+
+    async def read_frames(self, name: str, offset: int, max_bytes: int, *, wait: float = 0.0) -> ReadResult:
+        return await self.segment(name).read_frames(offset, max_bytes, wait)
+
+    # --- management ---
+
+    async def seal(self, name: str) -> SegmentInfo:
+        return await self.segment(name).seal()
+
+    async def truncate(self, name: str, offset: int) -> SegmentInfo:
+        info = await self.segment(name).truncate(offset)
+        self._update_gauges(self.segment(name))
+        return info
+
+    async def enforce_retention(self) -> None:
+        cfg = self.config
+        if not cfg.retention_bytes and not cfg.retention_age:
+            return
+        for segment in list(self._segments.values()):
+            cut = segment.retention_cut(cfg.retention_bytes, cfg.retention_age)
+            if cut is not None:
+                log.info("retention", extra={"segment": segment.name, "start_offset": cut})
+                await self.truncate(segment.name, cut)
+
+    async def close(self) -> None:
+        self._closed = True
+        for segment in list(self._segments.values()):
+            await segment.close()

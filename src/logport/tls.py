@@ -1,0 +1,30 @@
+"""TLS contexts for listeners and clients, built from `TLSConfig`."""
+
+from __future__ import annotations
+
+import ssl
+
+from logport.config import TLSConfig
+
+
+def server_context(tls: TLSConfig) -> ssl.SSLContext | None:
+    """A server-side context, or None when the listener has no certificate configured."""
+    if not tls.enabled:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca:
+        ctx.load_verify_locations(tls.client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED if tls.verify_client else ssl.CERT_OPTIONAL
+    return ctx
+
+
+def client_context(ca: str = "", cert: str = "", key: str = "", verify: bool = True) -> ssl.SSLContext:
+    """A client-side context; `ca` pins the server's CA, `cert`/`key` present a client certificate."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca or None)
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert:
+        ctx.load_cert_chain(cert, key or None)
+    return ctx
