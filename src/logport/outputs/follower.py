@@ -1,0 +1,81 @@
+"""Follow a segment from a durable checkpoint: the part every output shares.
+
+An output reads `next_batch()`, sends it, waits for the peer's acknowledgement,
+then calls `commit(batch.next_offset)`. After a crash it resumes from the last
+commit, so what was not acknowledged is sent again (at-least-once; a peer that
+deduplicates, such as logport's own Forward server, makes it exactly-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from logport.errors import OffsetTruncated
+from logport.store import SegmentStore
+from logport.store import frames
+from logport.store.files import fsync_dir
+
+CHECKPOINT_DIR = "outputs"
+
+
+@dataclass(frozen=True, slots=True)
+class FollowBatch:
+    offset: int  # offset of the first frame read
+    next_offset: int  # where the next read starts; commit this once the batch is acknowledged
+    events: list[tuple[int, bytes]]  # (offset, body) of each Event frame
+
+
+class SegmentFollower:
+    def __init__(self, store: SegmentStore, segment: str, name: str, *, max_bytes: int = 1 << 20) -> None:
+        self.store = store
+        self.segment = segment
+        self.name = name
+        self.max_bytes = max_bytes
+        self.path = Path(store.config.data_dir) / CHECKPOINT_DIR / f"{name}.checkpoint"
+        self.checkpoint = self._load()
+        self.position = self.checkpoint  # read position (ahead of the checkpoint while in flight)
+
+    def _load(self) -> int:
+        try:
+            return int(self.path.read_text().strip() or 0)
+        except FileNotFoundError:
+            return 0
+
+    async def next_batch(self, wait: float = 1.0) -> FollowBatch | None:
+        """The next frames after `position` (None if nothing arrived within `wait` seconds)."""
+        await self.store.create(self.segment)
+        try:
+            result = await self.store.read_frames(self.segment, self.position, self.max_bytes, wait=wait)
+        except OffsetTruncated as e:
+            # retention removed what we had not sent yet: skip to what is left, and say so
+            self.position = e.start_offset
+            raise
+        if not result.data:
+            return None
+        events = [(off, bytes(body)) for off, t, body in frames.iter_frames(result.data, result.offset)
+                  if t == frames.EVENT]
+        batch = FollowBatch(result.offset, result.next_offset, events)
+        self.position = batch.next_offset
+        return batch
+
+    def rewind(self) -> None:
+        """Go back to the checkpoint (after a failed send: everything unacknowledged is sent again)."""
+        self.position = self.checkpoint
+
+    async def commit(self, next_offset: int) -> None:
+        """Durably record that everything before `next_offset` was acknowledged."""
+        await asyncio.get_running_loop().run_in_executor(None, self._save, next_offset)
+        self.checkpoint = next_offset
+
+    def _save(self, offset: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(str(offset))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
