@@ -13,7 +13,9 @@ from typing import Final
 HEADER: Final = struct.Struct(">iI")
 HEADER_SIZE: Final = HEADER.size
 EVENT: Final = 0
-# body: uint64 writer offset, uint32 length of the data frames that follow, writer key
+# body: uint64 writer offset, uint32 length of the data frames that follow, writer key.
+# The data it covers is all-or-nothing on recovery. An empty key marks an atomic
+# group of frames with no writer.
 WRITER_RECORD: Final = -1
 # body: uint32 count, then per writer: uint16 key length, key, uint64 offset
 WRITER_TABLE: Final = -2
@@ -113,7 +115,8 @@ def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
         if pending is not None and stop >= pending[1]:
             if stop > pending[1]:  # a frame straddles the covered extent: not our layout
                 return pending[0], writers
-            writers[pending[2]] = pending[3]
+            if pending[2]:
+                writers[pending[2]] = pending[3]
             pending = None
         if frame_type == WRITER_TABLE and offset == 0:
             writers = parse_writer_table(body)
@@ -122,7 +125,8 @@ def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
                 return pending[0], writers
             key, value, data_length = parse_writer_record(body)
             if data_length == 0:
-                writers[key] = value
+                if key:
+                    writers[key] = value
             else:
                 pending = (offset, stop + data_length, key, value)
         keep = stop

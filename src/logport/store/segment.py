@@ -72,13 +72,15 @@ class SegmentInfo:
 
 
 class _Pending:
-    __slots__ = ("framed", "writer", "future", "size")
+    __slots__ = ("framed", "writer", "future", "size", "multi")
 
-    def __init__(self, framed: bytes, writer: WriterCondition | None, future: asyncio.Future[AppendResult]) -> None:
+    def __init__(self, framed: bytes, writer: WriterCondition | None, future: asyncio.Future[AppendResult],
+                 multi: bool) -> None:
         self.framed = framed
         self.writer = writer
         self.future = future
         self.size = len(framed)
+        self.multi = multi  # several frames: needs a record that makes it all-or-nothing
 
 
 OnCommit = Callable[[str, int, int], None]  # (segment, appends, bytes)
@@ -169,7 +171,7 @@ class Segment:
 
     # --- appends ---
 
-    async def append(self, framed: bytes, writer: WriterCondition | None) -> AppendResult:
+    async def append(self, framed: bytes, writer: WriterCondition | None, multi: bool = True) -> AppendResult:
         if self._closing:
             raise StoreClosed(f"store is closing; append to {self.name!r} refused")
         if self.state.sealed or self._sealing:
@@ -180,7 +182,7 @@ class Segment:
             if self._closing:
                 raise StoreClosed(f"store is closing; append to {self.name!r} refused")
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(framed, writer, future))
+        self._queue.append(_Pending(framed, writer, future, multi))
         self.pending_bytes += len(framed)
         self._wake.set()
         return await future
@@ -251,6 +253,8 @@ class Segment:
                 record = b""
                 if p.writer is not None:
                     record = frames.writer_record(p.writer.key, p.writer.end, p.size)
+                elif p.multi:
+                    record = frames.writer_record(b"", 0, p.size)  # an atomic group, no writer
                 n = len(record) + p.size
                 if pos > self._base and pos - self._base + n > self.config.chunk_size:
                     self._flush(parts, pos)
@@ -260,7 +264,8 @@ class Segment:
                     created.append(pos)
                 if record:
                     parts.append(record)
-                    writers[p.writer.key] = p.writer.end  # type: ignore[union-attr]
+                if p.writer is not None:
+                    writers[p.writer.key] = p.writer.end
                 offsets.append(pos + len(record))
                 parts.append(p.framed)
                 pos += n

@@ -128,13 +128,15 @@ class SegmentStore:
                 raise StoreLimitExceeded(
                     f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
                 )
-        return await self.append_framed(name, frames.frame_events(bodies), writer=writer, create=create)
+        segment = await self._get_or_create(name) if create else self.segment(name)
+        return await segment.append(frames.frame_events(bodies), writer, multi=len(bodies) > 1)
 
     async def append_framed(self, name: str, framed: bytes, *, writer: WriterCondition | None = None,
                             create: bool = True) -> AppendResult:
         """Append bytes that are already whole frames (the segment protocol's own Event messages).
 
         The caller vouches that `framed` is a sequence of whole frames within max_frame_size.
+        Like every append it is all-or-nothing across a crash.
         """
         segment = await self._get_or_create(name) if create else self.segment(name)
         return await segment.append(framed, writer)

@@ -1,0 +1,68 @@
+"""The stored payload codec: PackedForward `[tag, entries, option]` with EventTime."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logport.batch import BatchDecodeError, Entry, decode_batch, encode_batch, event_time, iter_entries, pack_entry
+
+
+def test_round_trip_keeps_nanoseconds() -> None:
+    body = encode_batch("app.web", [(1700000000, 123456789, {"msg": "hi"}), (1, 0, {"n": 1})],
+                        {"size": 2, "source": "forward"})
+    batch = decode_batch(body)
+    assert batch.tag == "app.web" and batch.size == 2 and batch.option["source"] == "forward"
+    assert list(batch) == [Entry(1700000000, 123456789, {"msg": "hi"}), Entry(1, 0, {"n": 1})]
+
+
+def test_stored_form_is_a_valid_packed_forward_message() -> None:
+    body = encode_batch("t", [(5, 6, {"k": "v"})], {"size": 1})
+    tag, entries, option = msgpack.unpackb(body, raw=False)
+    assert tag == "t" and isinstance(entries, bytes) and option == {"size": 1}
+    (time_, record) = msgpack.unpackb(entries, raw=False)
+    assert time_ == msgpack.ExtType(0, b"\x00\x00\x00\x05\x00\x00\x00\x06") and record == {"k": "v"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (msgpack.packb([1234, {"a": 1}]), Entry(1234, 0, {"a": 1})),  # integer seconds
+        (msgpack.packb([event_time(7, 8), {"a": 1}]), Entry(7, 8, {"a": 1})),  # fixext8
+        (b"\x92\xc7\x08\x00" + b"\x00\x00\x00\x07\x00\x00\x00\x08" + msgpack.packb({}), Entry(7, 8, {})),  # ext8
+        (msgpack.packb([[event_time(9, 1), {"otlp": 1}], {"b": 2}]), Entry(9, 1, {"b": 2}, {"otlp": 1})),  # v1.5
+    ],
+)
+def test_entry_forms(entry: bytes, expected: Entry) -> None:
+    assert list(iter_entries(entry)) == [expected]
+
+
+def test_str_payload_is_treated_as_binary() -> None:
+    entries = pack_entry(1, 2, {"x": "y"})
+    body = msgpack.packb(["t", entries.decode("latin-1"), {}], use_bin_type=False)
+    # a str32 payload (as Fluentd's out_forward sends) is not UTF-8 text; raw bytes survive
+    raw = msgpack.packb(["t", msgpack.ExtType(1, b"")], use_bin_type=True)  # not a batch
+    with pytest.raises(BatchDecodeError):
+        decode_batch(raw)
+    assert decode_batch(msgpack.packb(["t", entries, {}], use_bin_type=True)).tag == "t"
+    del body
+
+
+@pytest.mark.parametrize("body", [b"", b"\xc1", msgpack.packb(1), msgpack.packb(["t"]), msgpack.packb([1, b"", {}])])
+def test_not_a_batch(body: bytes) -> None:
+    with pytest.raises(BatchDecodeError):
+        decode_batch(body)
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_raise_only_batch_errors(data: bytes) -> None:
+    try:
+        batch = decode_batch(data)
+        list(batch)
+    except BatchDecodeError:
+        pass
+    except ValueError:
+        # msgpack's own errors for entries (ExtraData, FormatError, StackError) are ValueErrors
+        pass

@@ -1,0 +1,316 @@
+"""Segment store: round trips, rolling, writer state, sealing, truncation, retention, tail waits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from logport.config import StoreConfig
+from logport.errors import (
+    InvalidSegmentName,
+    NoSuchSegment,
+    OffsetTruncated,
+    SegmentSealed,
+    StoreLimitExceeded,
+    WriterOffsetMismatch,
+)
+from logport.store import SegmentStore, WriterCondition
+from logport.store import frames
+from logport.store.files import chunk_path, list_chunk_bases
+from logport.store.reader import DirectoryReader
+
+
+def events_of(data: bytes, base: int = 0) -> list[tuple[int, bytes]]:
+    return [(o, bytes(b)) for o, t, b in frames.iter_frames(data, base) if t == frames.EVENT]
+
+
+async def read_all(store: SegmentStore, name: str) -> list[tuple[int, bytes]]:
+    info = store.info(name)
+    out: list[tuple[int, bytes]] = []
+    offset = info.start_offset
+    while offset < info.end_offset:
+        r = await store.read_frames(name, offset, 1 << 20)
+        out += events_of(r.data, offset)
+        offset = r.next_offset
+    return out
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b""],
+        [b"a"],
+        [b"x" * 1000, b"y", b""],
+        [bytes(range(256)) * 10],
+        [b"z" * 65536] * 3,
+    ],
+)
+async def test_append_and_read_round_trip(store: SegmentStore, bodies: list[bytes]) -> None:
+    result = await store.append("s", bodies)
+    # several frames are preceded by a 20-byte record that makes the append all-or-nothing
+    group = 20 if len(bodies) > 1 else 0
+    assert result.offset == group
+    assert result.end_offset == group + sum(8 + len(b) for b in bodies)
+    assert [b for _, b in await read_all(store, "s")] == bodies
+    raw = await store.read("s", result.offset, 1 << 20)
+    assert raw.data == frames.frame_events(bodies)
+    assert raw.at_tail and not raw.end_of_segment
+
+
+async def test_offsets_are_byte_positions(store: SegmentStore) -> None:
+    a = await store.append("s", [b"abc"])
+    b = await store.append("s", [b"defg"])
+    assert (a.offset, a.end_offset) == (0, 11)
+    assert (b.offset, b.end_offset) == (11, 23)
+    r = await store.read("s", 11, 100)
+    assert events_of(r.data, 11) == [(11, b"defg")]
+
+
+async def test_concurrent_appends_are_group_committed(store: SegmentStore) -> None:
+    results = await asyncio.gather(*(store.append("s", [f"e{i}".encode()]) for i in range(200)))
+    offsets = sorted(r.offset for r in results)
+    assert len(set(offsets)) == 200
+    assert store.metrics.fsyncs._value.get() < 200  # many appends shared an fdatasync
+    got = await read_all(store, "s")
+    assert sorted(b for _, b in got) == sorted(f"e{i}".encode() for i in range(200))
+
+
+async def test_chunks_roll_and_survive_reopen(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=1024, max_frame_size=512)
+    store = await SegmentStore.open(cfg)
+    bodies = [bytes([i]) * 100 for i in range(50)]
+    for body in bodies:
+        await store.append("s", [body])
+    assert store.info("s").chunks > 4
+    await store.close()
+    seg_dir = tmp_path / "segments" / "s"
+    bases = list_chunk_bases(seg_dir)
+    assert bases[0] == 0
+    for base, nxt in zip(bases, bases[1:]):
+        assert base + chunk_path(seg_dir, base).stat().st_size == nxt  # byte-addressed, no gaps
+        assert nxt - base <= 1024
+    store = await SegmentStore.open(cfg)
+    assert [b for _, b in await read_all(store, "s")] == bodies
+    await store.close()
+
+
+async def test_an_append_larger_than_a_chunk_gets_a_chunk_of_its_own(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=256, max_frame_size=200)
+    store = await SegmentStore.open(cfg)
+    await store.append("s", [b"a" * 100])
+    await store.append("s", [b"b" * 150] * 3)  # 474 bytes: over a chunk, kept whole
+    assert [len(b) for _, b in await read_all(store, "s")] == [100, 150, 150, 150]
+    await store.close()
+
+
+async def test_frame_size_limit(store: SegmentStore) -> None:
+    limit = store.config.max_frame_size
+    with pytest.raises(StoreLimitExceeded, match=f"event of {limit + 1} bytes .* exceeds max_frame_size {limit}"):
+        await store.append("s", [b"x" * (limit + 1)])
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", "a b", "é", "x" * 251])
+async def test_segment_names_are_validated(store: SegmentStore, name: str) -> None:
+    with pytest.raises(InvalidSegmentName):
+        await store.append(name, [b"x"])
+
+
+async def test_segment_count_limit(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_segments=2))
+    await store.append("a", [b"x"])
+    await store.append("b", [b"x"])
+    with pytest.raises(StoreLimitExceeded, match="max_segments 2"):
+        await store.append("c", [b"x"])
+    await store.close()
+
+
+async def test_unknown_segment(store: SegmentStore) -> None:
+    with pytest.raises(NoSuchSegment):
+        await store.read("nope", 0, 10)
+    with pytest.raises(NoSuchSegment):
+        await store.append("nope", [b"x"], create=False)
+
+
+# --- writer state (exactly-once appends) ---
+
+
+async def test_writer_condition_deduplicates_and_refuses_gaps(store: SegmentStore) -> None:
+    w = b"conn-1"
+    first = await store.append("s", [b"a"], writer=WriterCondition(w, end=10, start=0))
+    assert not first.duplicate and first.writer_offset == 10
+    retry = await store.append("s", [b"a"], writer=WriterCondition(w, end=10, start=0))
+    assert retry.duplicate and retry.writer_offset == 10
+    with pytest.raises(WriterOffsetMismatch, match="stored offset is 10"):
+        await store.append("s", [b"c"], writer=WriterCondition(w, end=30, start=20))
+    second = await store.append("s", [b"b"], writer=WriterCondition(w, end=20, start=10))
+    assert not second.duplicate
+    assert [b for _, b in await read_all(store, "s")] == [b"a", b"b"]
+    assert store.writer_offset("s", w) == 20
+    assert store.writer_offset("s", b"other") == 0
+
+
+async def test_writer_conditions_within_one_group_commit(store: SegmentStore) -> None:
+    w = b"chunk-x"
+    results = await asyncio.gather(*(store.append("s", [b"once"], writer=WriterCondition(w, end=1)) for _ in range(20)))
+    assert sum(not r.duplicate for r in results) == 1
+    assert [b for _, b in await read_all(store, "s")] == [b"once"]
+
+
+async def test_writer_state_survives_reopen_and_rolls(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=512, max_frame_size=256)
+    store = await SegmentStore.open(cfg)
+    for i in range(1, 40):
+        await store.append("s", [b"e" * 50], writer=WriterCondition(b"w%d" % (i % 3), end=i))
+    await store.close()
+    store = await SegmentStore.open(cfg)
+    assert {k: store.writer_offset("s", k) for k in (b"w0", b"w1", b"w2")} == {b"w0": 39, b"w1": 37, b"w2": 38}
+    dup = await store.append("s", [b"e"], writer=WriterCondition(b"w1", end=37))
+    assert dup.duplicate
+    await store.close()
+
+
+async def test_writer_state_limit_keeps_the_most_recent(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), writer_state_limit=3))
+    for i in range(5):
+        await store.append("s", [b"x"], writer=WriterCondition(b"w%d" % i, end=1))
+    assert [store.writer_offset("s", b"w%d" % i) for i in range(5)] == [0, 0, 1, 1, 1]
+    await store.close()
+
+
+# --- sealing, truncation, retention ---
+
+
+async def test_seal(store: SegmentStore) -> None:
+    await store.append("s", [b"a"])
+    info = await store.seal("s")
+    assert info.sealed
+    with pytest.raises(SegmentSealed):
+        await store.append("s", [b"b"])
+    r = await store.read("s", 0, 100)
+    assert r.at_tail and r.end_of_segment
+    t0 = time.monotonic()
+    r = await store.read("s", info.end_offset, 100, wait=5)
+    assert r.end_of_segment and r.data == b"" and time.monotonic() - t0 < 1  # no long poll on a sealed tail
+
+
+async def test_seal_survives_reopen(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path))
+    store = await SegmentStore.open(cfg)
+    await store.append("s", [b"a"])
+    await store.seal("s")
+    await store.close()
+    store = await SegmentStore.open(cfg)
+    assert store.info("s").sealed
+    with pytest.raises(SegmentSealed):
+        await store.append("s", [b"b"])
+    await store.close()
+
+
+async def test_truncate_moves_start_and_deletes_whole_chunks(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=300, max_frame_size=200)
+    store = await SegmentStore.open(cfg)
+    results = [await store.append("s", [b"%03d" % i * 30]) for i in range(10)]
+    cut = results[5].offset
+    info = await store.truncate("s", cut)
+    assert info.start_offset == cut
+    with pytest.raises(OffsetTruncated, match=f"starts at {cut}"):
+        await store.read("s", results[0].offset, 100)
+    assert [b for _, b in await read_all(store, "s")] == [b"%03d" % i * 30 for i in range(5, 10)]
+    bases = list_chunk_bases(tmp_path / "segments" / "s")
+    assert bases[0] <= cut and all(b > results[0].offset for b in bases)
+    await store.close()
+    store = await SegmentStore.open(cfg)
+    assert store.info("s").start_offset == cut
+    await store.close()
+
+
+async def test_retention_by_size(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=1000, max_frame_size=500, retention_bytes=2500)
+    store = await SegmentStore.open(cfg)
+    for _ in range(50):
+        await store.append("s", [b"r" * 92])  # 100-byte frames, 10 a chunk
+    await store.enforce_retention()
+    info = store.info("s")
+    assert info.end_offset == 5000
+    assert 2500 - 1000 <= info.bytes <= 2500 + 1000  # whole chunks only
+    assert info.start_offset % 1000 == 0
+    await store.close()
+
+
+async def test_retention_by_age(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=1000, max_frame_size=500, retention_age=60)
+    store = await SegmentStore.open(cfg)
+    for _ in range(30):
+        await store.append("s", [b"r" * 92])
+    seg_dir = tmp_path / "segments" / "s"
+    old = time.time() - 3600
+    for base in list_chunk_bases(seg_dir)[:2]:
+        os.utime(chunk_path(seg_dir, base), (old, old))
+    await store.enforce_retention()
+    assert store.info("s").start_offset == 2000
+    await store.close()
+
+
+# --- tail reads ---
+
+
+async def test_tail_read_waits_for_the_next_append(store: SegmentStore) -> None:
+    await store.append("s", [b"first"])
+    end = store.info("s").end_offset
+
+    async def later() -> None:
+        await asyncio.sleep(0.05)
+        await store.append("s", [b"second"])
+
+    task = asyncio.create_task(later())
+    t0 = time.monotonic()
+    r = await store.read("s", end, 100, wait=5)
+    elapsed = time.monotonic() - t0
+    await task
+    assert events_of(r.data, end) == [(end, b"second")]
+    assert 0.03 < elapsed < 2
+
+
+async def test_tail_read_times_out_empty(store: SegmentStore) -> None:
+    await store.append("s", [b"x"])
+    t0 = time.monotonic()
+    r = await store.read("s", store.info("s").end_offset, 100, wait=0.1)
+    assert r.data == b"" and r.at_tail and 0.09 < time.monotonic() - t0 < 2
+
+
+async def test_read_frames_returns_a_whole_frame_larger_than_asked(store: SegmentStore) -> None:
+    first = await store.append("s", [b"big" * 1000])
+    await store.append("s", [b"next"])
+    r = await store.read_frames("s", first.offset, 10)
+    assert events_of(r.data) == [(0, b"big" * 1000)]
+
+
+# --- back-pressure ---
+
+
+async def test_appends_wait_while_too_much_is_pending(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_pending_bytes=10_000))
+    results = await asyncio.gather(*(store.append("s", [b"p" * 3000]) for _ in range(30)))
+    assert len({r.offset for r in results}) == 30
+    await store.close()
+
+
+# --- the read-only directory reader ---
+
+
+async def test_directory_reader_matches_the_store(tmp_path: Path) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=400, max_frame_size=300)
+    store = await SegmentStore.open(cfg)
+    bodies = [bytes([65 + i % 26]) * (i * 7 % 200) for i in range(40)]
+    for i, b in enumerate(bodies):
+        await store.append("s", [b], writer=WriterCondition(b"w", end=i + 1))
+    expected = await read_all(store, "s")
+    reader = DirectoryReader(tmp_path)
+    assert reader.segment_names() == ["s"]
+    assert [(o, bytes(b)) for o, b in reader.iter_events("s")] == expected
+    assert reader.describe("s")["events"] == 40
+    await store.close()
