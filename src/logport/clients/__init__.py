@@ -1,0 +1,1 @@
+"""asyncio client adapters around the sans-IO protocol cores, one module per protocol."""

@@ -1,0 +1,636 @@
+"""Fluentd Forward protocol (v1 and v1.5), sans-IO: server and client connections, every carrier mode.
+
+Bytes in, events out (`receive_data` / `next_event`), events in, bytes out
+(`send`). PackedForward entries stay packed bytes: a cheap scan (msgpack's C
+`skip`) counts them and drops invalid ones without building any record.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from logport.errors import AuthenticationError, LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer
+
+__all__ = [
+    "NEED_DATA", "Ack", "ClientConnection", "EventBatch", "ForwardProtocolError", "Heartbeat", "Helo",
+    "Mode", "Ping", "Pong", "ServerConnection", "digest", "encode_forward", "encode_message",
+    "encode_packed_forward", "pack_time", "scan_entries",
+]
+
+DEFAULT_CHUNK_SIZE_LIMIT = 64 * 1024 * 1024
+DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
+_UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
+
+
+class ForwardProtocolError(RemoteProtocolError):
+    """The Forward peer sent something that is not a Forward message."""
+
+
+class Mode(enum.Enum):
+    MESSAGE = "Message"
+    FORWARD = "Forward"
+    PACKED_FORWARD = "PackedForward"
+    COMPRESSED_PACKED_FORWARD = "CompressedPackedForward"
+    JSON = "JSON"
+
+
+# --- events ---
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """Events of one message. `entries`: concatenated msgpack `[time, record]` (times as sent)."""
+
+    tag: str
+    entries: bytes
+    option: dict[str, Any] = field(default_factory=dict)
+    size: int = 0  # valid entries in `entries`
+    invalid: int = 0  # entries dropped because they were not `[time, record]`
+    mode: Mode = Mode.PACKED_FORWARD
+
+    @property
+    def chunk(self) -> str | bytes | None:
+        chunk = self.option.get("chunk")
+        return chunk if isinstance(chunk, str | bytes) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A msgpack `nil` on the stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class Helo:
+    nonce: bytes
+    auth: bytes = b""  # empty: no user authentication
+    keepalive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    hostname: str
+    salt: str | bytes
+    shared_key_digest: str
+    username: str = ""
+    password_digest: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    auth_result: bool
+    reason: str
+    hostname: str
+    shared_key_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    chunk: str | bytes  # echoed in the msgpack type it arrived in (Fluent Bit ignores a bin ack for a str chunk)
+
+
+# --- helpers shared by both sides ---
+
+
+def _b(value: str | bytes) -> bytes:
+    return value.encode("utf-8", _UNICODE) if isinstance(value, str) else value
+
+
+def digest(*parts: str | bytes) -> str:
+    """Lowercase hex SHA-512 of the parts concatenated (the handshake's digests)."""
+    h = hashlib.sha512()
+    for part in parts:
+        h.update(_b(part))
+    return h.hexdigest()
+
+
+def pack_time(seconds: int, nanos: int | None) -> msgpack.ExtType | int:
+    """EventTime (ext 0) when nanos is given, else integer seconds."""
+    if nanos is None:
+        return seconds
+    return msgpack.ExtType(0, seconds.to_bytes(4, "big") + nanos.to_bytes(4, "big"))
+
+
+def _packer() -> msgpack.Packer:
+    return msgpack.Packer(use_bin_type=True, unicode_errors=_UNICODE)
+
+
+def _unpacker(limit: int) -> msgpack.Unpacker:
+    return msgpack.Unpacker(raw=False, unicode_errors=_UNICODE, strict_map_key=False,
+                            max_buffer_size=limit + 1024, ext_hook=msgpack.ExtType)
+
+
+_MAP_FIRST = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
+_INT_FIRST = frozenset([*range(0x00, 0x80), *range(0xCC, 0xD4), *range(0xE0, 0x100)])
+
+
+def _is_time(value: Any) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return isinstance(value, msgpack.ExtType) and value.code == 0 and len(value.data) == 8
+
+
+def scan_entries(data: bytes) -> tuple[bytes, int, int]:
+    """Count the `[time, record]` entries of a PackedForward stream without decoding records.
+
+    Returns (entries, valid, invalid): invalid entries are cut out; a stream that
+    stops being msgpack counts its undecodable rest as one invalid entry.
+    """
+    n = len(data)
+    up = msgpack.Unpacker(raw=True, max_buffer_size=max(n, 1), ext_hook=msgpack.ExtType,
+                         strict_map_key=False)
+    up.feed(data)
+    valid = invalid = 0
+    keep: list[tuple[int, int]] = []  # byte ranges of valid entries, only once one was invalid
+    clean_until = 0
+    pos = 0
+    try:
+        while pos < n:
+            ok = False
+            if data[pos] == 0x92:
+                up.read_array_header()
+                first = data[pos + 1] if pos + 1 < n else -1
+                if first in _INT_FIRST or (first == 0xD7 and data[pos + 2: pos + 3] == b"\x00") or (
+                        first == 0xC7 and data[pos + 2: pos + 4] == b"\x08\x00"):
+                    up.skip()
+                    ok = True
+                else:  # v1.5 [[time, meta], record] or junk: decode only the time part
+                    t = up.unpack()
+                    ok = (isinstance(t, list) and len(t) == 2 and _is_time(t[0]) and isinstance(t[1], dict))
+                rec = up.tell()
+                ok = ok and rec < n and data[rec] in _MAP_FIRST
+            up.skip()
+            end = up.tell()
+            if ok:
+                valid += 1
+                if invalid:
+                    keep.append((pos, end))
+                else:
+                    clean_until = end
+            else:
+                invalid += 1
+            pos = end
+    except (msgpack.OutOfData, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        invalid += 1
+    if not invalid:
+        return data, valid, 0
+    return data[:clean_until] + b"".join(data[a:b] for a, b in keep), valid, invalid
+
+
+def _decompress_gzip(data: bytes, limit: int) -> bytes:
+    """All concatenated gzip members, refusing more than `limit` bytes of output."""
+    out = bytearray()
+    rest = data
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            piece = d.decompress(rest, limit + 1 - len(out))
+            out += piece
+            if len(out) > limit:
+                raise LimitExceeded("decompressed chunk", len(out), "decompression_size_limit", limit)
+            while d.unconsumed_tail:
+                out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise LimitExceeded("decompressed chunk", len(out), "decompression_size_limit", limit)
+            if not d.eof:
+                raise ForwardProtocolError("gzip payload is truncated")
+        except zlib.error as e:
+            raise ForwardProtocolError(f"gzip payload is invalid: {e}") from None
+        rest = d.unused_data
+    return bytes(out)
+
+
+def _decompress_zstd(data: bytes, limit: int) -> bytes:
+    import io
+
+    import zstandard
+
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+        out = reader.read(limit + 1)
+    except zstandard.ZstdError as e:
+        raise ForwardProtocolError(f"zstd payload is invalid: {e}") from None
+    if len(out) > limit:
+        raise LimitExceeded("decompressed chunk", len(out), "decompression_size_limit", limit)
+    return out
+
+
+# --- encoding (client side, and the server's own replies) ---
+
+
+def encode_message(tag: str, time: int | msgpack.ExtType, record: dict[str, Any],
+                   option: dict[str, Any] | None = None) -> bytes:
+    body: list[Any] = [tag, time, record]
+    if option:
+        body.append(option)
+    return _packer().pack(body)
+
+
+def encode_forward(tag: str, entries: list[tuple[Any, dict[str, Any]]], option: dict[str, Any] | None = None) -> bytes:
+    body: list[Any] = [tag, [list(e) for e in entries]]
+    if option:
+        body.append(option)
+    return _packer().pack(body)
+
+
+def encode_packed_forward(tag: str, entries: bytes, option: dict[str, Any] | None = None, *,
+                          compressed: str | None = None) -> bytes:
+    """PackedForward, or CompressedPackedForward with `compressed` = "gzip" or "zstd"."""
+    option = dict(option or {})
+    if compressed == "gzip":
+        c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        entries = c.compress(entries) + c.flush()
+        option["compressed"] = "gzip"
+    elif compressed == "zstd":
+        import zstandard
+
+        entries = zstandard.ZstdCompressor().compress(entries)
+        option["compressed"] = "zstd"
+    elif compressed:
+        raise LocalProtocolError(f"unknown compression {compressed!r}")
+    p = _packer()
+    return p.pack_array_header(3 if option else 2) + p.pack(tag) + p.pack(entries) + (p.pack(option) if option else b"")
+
+
+# --- the server side ---
+
+
+class ServerState(enum.Enum):
+    WAIT_PING = "WAIT_PING"  # HELO sent, shared key configured
+    READY = "READY"
+    CLOSED = "CLOSED"
+
+
+class ServerConnection:
+    """One client's connection, as the server sees it.
+
+    With a shared key, `initiate()` gives the HELO to send first; the client's
+    PING comes back as a `Ping` event, which `answer(ping)` turns into the PONG.
+    """
+
+    def __init__(self, *, peer: str = "", shared_key: str = "", users: dict[str, str] | None = None,
+                 hostname: str = "localhost", keepalive: bool = True,
+                 chunk_size_limit: int = DEFAULT_CHUNK_SIZE_LIMIT,
+                 decompression_size_limit: int = DEFAULT_DECOMPRESSION_SIZE_LIMIT,
+                 nonce: bytes | None = None, auth_salt: bytes | None = None) -> None:
+        self.peer = peer
+        self.shared_key = shared_key
+        self.users = users or {}
+        self.hostname = hostname
+        self.keepalive = keepalive
+        self.chunk_size_limit = chunk_size_limit
+        self.decompression_size_limit = decompression_size_limit
+        self.nonce = nonce if nonce is not None else os.urandom(16)
+        self.auth_salt = (auth_salt if auth_salt is not None else os.urandom(16)) if self.users else b""
+        self.state = ServerState.WAIT_PING if shared_key else ServerState.READY
+        self.username = ""
+        self._buffer = ReceiveBuffer()
+        self._unpacker = _unpacker(chunk_size_limit)
+        self._pending = 0  # bytes fed to the unpacker and not yet consumed
+        self._json: bool | None = None  # decided by the first byte of the connection
+
+    # bytes in
+
+    def receive_data(self, data: bytes) -> None:
+        if self.state is ServerState.CLOSED:
+            raise ForwardProtocolError("data after the connection was closed", peer=self.peer)
+        self._buffer += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet turned into events."""
+        return len(self._buffer) + self._pending
+
+    def next_event(self) -> EventBatch | Heartbeat | Ping | Any:
+        if self._json is None:
+            first = self._buffer.peek_byte()
+            if first is None:
+                return NEED_DATA
+            self._json = first in (0x7B, 0x5B) and self.state is ServerState.READY
+        try:
+            obj = self._next_json() if self._json else self._next_msgpack()
+        except RemoteProtocolError as e:
+            e.peer = e.peer or self.peer
+            self.state = ServerState.CLOSED
+            raise
+        if obj is NEED_DATA:
+            return NEED_DATA
+        try:
+            return self._interpret(obj)
+        except RemoteProtocolError as e:
+            e.peer = e.peer or self.peer
+            self.state = ServerState.CLOSED
+            raise
+
+    def _next_msgpack(self) -> Any:
+        up = self._unpacker
+        limit = self.chunk_size_limit
+        while True:
+            before = up.tell()
+            try:
+                obj = up.unpack()
+            except msgpack.OutOfData:
+                self._pending -= up.tell() - before
+                if self._pending > limit:
+                    raise LimitExceeded("frame", self._pending, "chunk_size_limit", limit) from None
+                if not self._buffer:
+                    return NEED_DATA
+                # feed no more than one frame can use, so memory stays within the limit
+                room = limit + 1 - self._pending
+                piece = self._buffer.extract(min(len(self._buffer), room))
+                up.feed(piece)
+                self._pending += len(piece)
+                continue
+            except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+                raise ForwardProtocolError(f"invalid msgpack: {e}") from None
+            self._pending -= up.tell() - before
+            return obj
+
+    def _next_json(self) -> Any:
+        limit = self.chunk_size_limit
+        while self._buffer and self._buffer.peek_byte() in (0x20, 0x09, 0x0A, 0x0D):
+            self._buffer.skip(1)
+        if not self._buffer:
+            return NEED_DATA
+        text = bytes(self._buffer)
+        try:
+            obj, end = json.JSONDecoder().raw_decode(text.decode("utf-8", _UNICODE))
+        except json.JSONDecodeError as e:
+            if len(text) > limit:
+                raise LimitExceeded("frame", len(text), "chunk_size_limit", limit) from None
+            if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated"):
+                return NEED_DATA  # a prefix of a JSON value: wait for the rest
+            raise ForwardProtocolError(f"invalid JSON: {e.msg} at byte {e.pos}") from None
+        self._buffer.skip(len(text[:end].encode("utf-8", _UNICODE)) if not text.isascii() else end)
+        return obj
+
+    def _interpret(self, obj: Any) -> EventBatch | Heartbeat | Ping:
+        if obj is None:
+            return Heartbeat()
+        if self.state is ServerState.WAIT_PING:
+            return self._ping(obj)
+        if not isinstance(obj, list) or not 2 <= len(obj) <= 4:
+            raise ForwardProtocolError(f"expected a [tag, ...] array, got {_brief(obj)}")
+        tag = obj[0]
+        if not isinstance(tag, str):
+            raise ForwardProtocolError(f"tag is not a string: {_brief(tag)}")
+        second = obj[1]
+        if isinstance(second, str | bytes):
+            return self._packed(tag, _b(second), self._option(obj, 2))
+        if isinstance(second, list):
+            option = self._option(obj, 2)
+            return self._forward(tag, second, option, Mode.FORWARD)
+        if len(obj) < 3:
+            raise ForwardProtocolError(f"message mode needs [tag, time, record], got {len(obj)} elements")
+        option = self._option(obj, 3)
+        batch = self._forward(tag, [[second, obj[2]]], option, Mode.MESSAGE)
+        return batch
+
+    def _option(self, obj: list[Any], index: int) -> dict[str, Any]:
+        if len(obj) <= index or obj[index] is None:
+            return {}
+        option = obj[index]
+        if not isinstance(option, dict):
+            raise ForwardProtocolError(f"option is not a map: {_brief(option)}")
+        return option
+
+    def _packed(self, tag: str, payload: bytes, option: dict[str, Any]) -> EventBatch:
+        compressed = option.get("compressed")
+        mode = Mode.PACKED_FORWARD
+        if compressed == "gzip":
+            payload = _decompress_gzip(payload, self.decompression_size_limit)
+            mode = Mode.COMPRESSED_PACKED_FORWARD
+        elif compressed == "zstd":
+            payload = _decompress_zstd(payload, self.decompression_size_limit)
+            mode = Mode.COMPRESSED_PACKED_FORWARD
+        elif compressed not in (None, "text", ""):
+            raise ForwardProtocolError(f"unknown compression {_brief(compressed)}")
+        entries, valid, invalid = scan_entries(payload)
+        if mode is Mode.COMPRESSED_PACKED_FORWARD:
+            option = {k: v for k, v in option.items() if k != "compressed"}  # what we store is not compressed
+        return EventBatch(tag, entries, option, valid, invalid, mode)
+
+    def _forward(self, tag: str, entries: list[Any], option: dict[str, Any], mode: Mode) -> EventBatch:
+        if self._json:
+            mode = Mode.JSON
+        p = _packer()
+        parts: list[bytes] = []
+        invalid = 0
+        for entry in entries:
+            if self._json and mode is Mode.JSON and isinstance(entry, list) and len(entry) == 2 \
+                    and isinstance(entry[0], float) and entry[0] >= 0:
+                whole = int(entry[0])  # JSON has no EventTime: a float time is seconds with a fraction
+                entry = [pack_time(whole, round((entry[0] - whole) * 1e9) % 1_000_000_000), entry[1]]
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict) and (
+                    _is_time(entry[0]) or (isinstance(entry[0], list) and len(entry[0]) == 2
+                                           and _is_time(entry[0][0]) and isinstance(entry[0][1], dict))):
+                parts.append(p.pack(entry))
+            else:
+                invalid += 1
+        return EventBatch(tag, b"".join(parts), option, len(parts), invalid, mode)
+
+    # the handshake
+
+    def initiate(self) -> bytes:
+        """The HELO to send first (empty when no shared key is configured)."""
+        if not self.shared_key:
+            return b""
+        return _packer().pack(["HELO", {"nonce": self.nonce, "auth": self.auth_salt, "keepalive": self.keepalive}])
+
+    def _ping(self, obj: Any) -> Ping:
+        if not (isinstance(obj, list) and len(obj) == 6 and obj[0] == "PING"):
+            raise AuthenticationError(f"expected PING, got {_brief(obj)}")
+        _, hostname, salt, key_digest, username, password_digest = obj
+        if not (isinstance(hostname, str) and isinstance(salt, str | bytes) and isinstance(key_digest, str | bytes)):
+            raise AuthenticationError("PING has the wrong field types")
+        return Ping(hostname, salt, _s(key_digest), _s(username or ""), _s(password_digest or ""))
+
+    def answer(self, ping: Ping) -> Pong:
+        """Check a PING; a failed check gives PONG false and the connection is closed after it."""
+        reason = ""
+        if ping.hostname == self.hostname:
+            reason = "same hostname between input and output: invalid configuration"
+        elif not _eq(ping.shared_key_digest, digest(ping.salt, ping.hostname, self.nonce, self.shared_key)):
+            reason = "shared_key mismatch"
+        elif self.users:
+            password = self.users.get(ping.username)
+            if password is None or not _eq(ping.password_digest, digest(self.auth_salt, ping.username, password)):
+                reason = "username/password mismatch"
+        if reason:
+            self.state = ServerState.CLOSED
+            return Pong(False, reason, "", "")
+        self.username = ping.username
+        self.state = ServerState.READY
+        return Pong(True, "", self.hostname, digest(ping.salt, self.hostname, self.nonce, self.shared_key))
+
+    # bytes out
+
+    def send(self, event: Ack | Pong | Helo) -> bytes:
+        if isinstance(event, Ack):
+            return _packer().pack({"ack": event.chunk})
+        if isinstance(event, Pong):
+            return _packer().pack(["PONG", event.auth_result, event.reason, event.hostname, event.shared_key_digest])
+        if isinstance(event, Helo):
+            return _packer().pack(["HELO", {"nonce": event.nonce, "auth": event.auth, "keepalive": event.keepalive}])
+        raise LocalProtocolError(f"a server does not send {type(event).__name__}")
+
+
+def _s(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", _UNICODE)
+
+
+def _eq(a: str, b: str) -> bool:
+    import hmac
+
+    return hmac.compare_digest(a.lower().encode("utf-8", _UNICODE), b.encode())
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --- the client side ---
+
+
+class ClientState(enum.Enum):
+    WAIT_HELO = "WAIT_HELO"
+    WAIT_PONG = "WAIT_PONG"
+    READY = "READY"
+    CLOSED = "CLOSED"
+
+
+class ClientConnection:
+    """The sending side: HELO in, PING out, PONG in (its digest checked), then messages out and acks in."""
+
+    def __init__(self, *, shared_key: str = "", hostname: str = "localhost", username: str = "",
+                 password: str = "", salt: str | None = None, peer: str = "",
+                 reply_size_limit: int = 1024 * 1024) -> None:
+        self.shared_key = shared_key
+        self.hostname = hostname
+        self.username = username
+        self.password = password
+        self.salt = salt if salt is not None else os.urandom(16).hex()  # a str: Fluent Bit refuses bin
+        self.peer = peer
+        self.state = ClientState.WAIT_HELO if shared_key else ClientState.READY
+        self.helo: Helo | None = None
+        self.server_hostname = ""
+        self._unpacker = _unpacker(reply_size_limit)
+
+    def receive_data(self, data: bytes) -> None:
+        self._unpacker.feed(data)
+
+    def next_event(self) -> Helo | Pong | Ack | Heartbeat | Any:
+        try:
+            obj = self._unpacker.unpack()
+        except msgpack.OutOfData:
+            return NEED_DATA
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+            raise ForwardProtocolError(f"invalid msgpack from the server: {e}", peer=self.peer) from None
+        if self.state is ClientState.WAIT_HELO:
+            if not (isinstance(obj, list) and len(obj) == 2 and obj[0] == "HELO" and isinstance(obj[1], dict)):
+                raise ForwardProtocolError(f"expected HELO, got {_brief(obj)}", peer=self.peer)
+            o = obj[1]
+            nonce, auth = o.get("nonce", b""), o.get("auth", b"")
+            if not isinstance(nonce, str | bytes) or not isinstance(auth, str | bytes):
+                raise ForwardProtocolError("HELO nonce/auth are not strings", peer=self.peer)
+            self.helo = Helo(_b(nonce), _b(auth), bool(o.get("keepalive", True)))
+            self.state = ClientState.WAIT_PONG
+            return self.helo
+        if self.state is ClientState.WAIT_PONG:
+            return self._pong(obj)
+        if isinstance(obj, dict) and "ack" in obj:
+            return Ack(obj["ack"])
+        if obj is None:
+            return Heartbeat()
+        raise ForwardProtocolError(f"unexpected reply {_brief(obj)}", peer=self.peer)
+
+    def ping(self) -> bytes:
+        """The PING answering the HELO received."""
+        if self.state is not ClientState.WAIT_PONG or self.helo is None:
+            raise LocalProtocolError(f"PING is sent after HELO, not in state {self.state.value}")
+        password_digest = digest(self.helo.auth, self.username, self.password) if self.helo.auth else ""
+        return _packer().pack(["PING", self.hostname, self.salt,
+                               digest(self.salt, self.hostname, self.helo.nonce, self.shared_key),
+                               self.username, password_digest])
+
+    def _pong(self, obj: Any) -> Pong:
+        if not (isinstance(obj, list) and len(obj) == 5 and obj[0] == "PONG"):
+            raise ForwardProtocolError(f"expected PONG, got {_brief(obj)}", peer=self.peer)
+        _, ok, reason, hostname, key_digest = obj
+        self.state = ClientState.CLOSED
+        if ok is not True:
+            raise AuthenticationError(f"server refused the handshake: {reason}", peer=self.peer)
+        hostname, key_digest = _s(hostname), _s(key_digest)
+        if hostname == self.hostname:
+            raise AuthenticationError("server hostname equals our own (a loop)", peer=self.peer)
+        assert self.helo is not None
+        if not _eq(key_digest, digest(self.salt, hostname, self.helo.nonce, self.shared_key)):
+            raise AuthenticationError("server's PONG digest does not match the shared key", peer=self.peer)
+        self.server_hostname = hostname
+        self.state = ClientState.READY
+        return Pong(True, _s(reason or ""), hostname, key_digest)
+
+    def send(self, event: EventBatch | Heartbeat) -> bytes:
+        if self.state is not ClientState.READY:
+            raise LocalProtocolError(f"cannot send events in state {self.state.value}")
+        if isinstance(event, Heartbeat):
+            return b"\xc0"
+        if isinstance(event, EventBatch):
+            if event.mode is Mode.COMPRESSED_PACKED_FORWARD:
+                compression = event.option.get("compressed", "gzip")
+                option = {k: v for k, v in event.option.items() if k != "compressed"}
+                return encode_packed_forward(event.tag, event.entries, option, compressed=compression)
+            if event.mode is Mode.PACKED_FORWARD:
+                return encode_packed_forward(event.tag, event.entries, event.option)
+            entries = _iter_packed(event.entries)
+            if event.mode is Mode.MESSAGE:
+                if len(entries) != 1:
+                    raise LocalProtocolError(f"Message mode carries one event, not {len(entries)}")
+                return encode_message(event.tag, entries[0][0], entries[0][1], event.option)
+            return encode_forward(event.tag, entries, event.option)
+        raise LocalProtocolError(f"a client does not send {type(event).__name__}")
+
+
+def _iter_packed(entries: bytes) -> list[list[Any]]:
+    up = msgpack.Unpacker(raw=False, unicode_errors=_UNICODE, ext_hook=msgpack.ExtType, strict_map_key=False,
+                          max_buffer_size=max(len(entries), 1))
+    up.feed(entries)
+    return list(up)
+
+
+# --- entry streams: split to fit a store frame, add keys to every record ---
+
+
+def split_entries(entries: bytes, max_bytes: int) -> list[bytes]:
+    """Cut a packed entry stream at entry boundaries into pieces of at most `max_bytes` (one entry may exceed it)."""
+    if len(entries) <= max_bytes:
+        return [entries]
+    up = msgpack.Unpacker(raw=True, max_buffer_size=len(entries), ext_hook=msgpack.ExtType, strict_map_key=False)
+    up.feed(entries)
+    pieces: list[bytes] = []
+    start = 0
+    last = 0
+    while last < len(entries):
+        up.skip()
+        end = up.tell()
+        if end - start > max_bytes and last > start:
+            pieces.append(entries[start:last])
+            start = last
+        last = end
+    pieces.append(entries[start:])
+    return pieces
+
+
+def add_record_keys(entries: bytes, extra: dict[str, Any]) -> bytes:
+    """Set `extra` in every record (source address / hostname keys); this one decodes the records."""
+    p = _packer()
+    return b"".join(p.pack([t, {**record, **extra}]) for t, record in _iter_packed(entries))

@@ -1,0 +1,304 @@
+"""Fluentd Forward listener: TCP (optionally TLS) plus UDP heartbeats on one port, acks after the store.
+
+Each message becomes one stored PackedForward batch (or several, when it is
+larger than store.max_frame_size); `{"ack": chunk}` goes out only after
+`store.append` returned. A chunk id is an exactly-once writer key
+(`fwd:` + chunk), so a retried chunk is acked again but not stored twice,
+also across restarts, for as long as the store keeps that id
+(store.writer_state_limit ids per segment: the dedup window).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from logport import tls
+from logport.batch import encode_batch
+from logport.errors import LimitExceeded, ProtocolError, StoreError
+from logport.protocols import forward as fp
+from logport.runtime import Runtime
+from logport.store import WriterCondition
+
+log = logging.getLogger("logport.forward")
+
+_READ_PAUSED_BELOW = 0.5  # resume reading once in-flight bytes fall under half the limit
+_BATCH_OVERHEAD = 512  # room for tag and option next to the entries in one stored frame
+
+
+class ForwardMetrics:
+    def __init__(self, runtime: Runtime) -> None:
+        r = runtime.metrics.registry
+        self.connections = Gauge("logport_forward_connections", "Open Forward connections", registry=r)
+        self.events = Counter("logport_forward_events", "Events stored", ["mode"], registry=r)
+        self.invalid_events = Counter("logport_forward_invalid_events", "Invalid entries skipped", registry=r)
+        self.batches = Counter("logport_forward_batches", "Messages stored", registry=r)
+        self.bytes = Counter("logport_forward_bytes", "Entry bytes stored", registry=r)
+        self.duplicates = Counter("logport_forward_duplicate_chunks",
+                                  "Retried chunks acknowledged again and not stored", registry=r)
+        self.errors = Counter("logport_forward_errors", "Connections closed on an error", ["reason"], registry=r)
+        self.heartbeats = Counter("logport_forward_heartbeats", "Heartbeats answered", ["transport"], registry=r)
+
+
+class ForwardServer:
+    """The running listener (the hub's Service)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.config = runtime.config.forward
+        self.hostname = self.config.self_hostname or runtime.hostname
+        self.metrics = ForwardMetrics(runtime)
+        self.connections: set[ForwardConnection] = set()
+        # (nonce, auth salt) for every HELO instead of random ones: only for replaying recorded handshakes
+        self.fixed_nonce: tuple[bytes, bytes] | None = None
+        self._tcp: asyncio.AbstractServer | None = None
+        self._udp: asyncio.DatagramTransport | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        ssl_context = tls.server_context(cfg.tls)
+        self._tcp = await loop.create_server(lambda: ForwardConnection(self), cfg.bind, cfg.port,
+                                             ssl=ssl_context, backlog=1024, reuse_address=True)
+        self.port = self._tcp.sockets[0].getsockname()[1]
+        self._udp, _ = await loop.create_datagram_endpoint(lambda: HeartbeatProtocol(self),
+                                                           local_addr=(cfg.bind, self.port))
+        log.info("forward listening", extra={"bind": cfg.bind, "port": self.port, "tls": ssl_context is not None})
+
+    async def close(self) -> None:
+        if self._tcp is not None:
+            self._tcp.close()
+        if self._udp is not None:
+            self._udp.close()
+        for conn in list(self.connections):
+            conn.close()
+        pending = [t for c in self.connections for t in c.tasks]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        if self._tcp is not None:
+            await self._tcp.wait_closed()
+
+
+class HeartbeatProtocol(asyncio.DatagramProtocol):
+    """UDP heartbeat: any short datagram is answered with one 0x00 byte."""
+
+    def __init__(self, server: ForwardServer) -> None:
+        self.server = server
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if len(data) <= 16 and self.transport is not None:  # never a reflector for large packets
+            self.transport.sendto(b"\x00", addr)
+            self.server.metrics.heartbeats.labels("udp").inc()
+
+
+class ForwardConnection(asyncio.Protocol):
+    def __init__(self, server: ForwardServer) -> None:
+        self.server = server
+        self.config = server.config
+        self.store = server.runtime.store
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.conn: fp.ServerConnection | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.inflight = 0
+        self.paused = False
+        self.closing = False
+        self.last_data = time.monotonic()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._hostname: asyncio.Future[str] | None = None
+        self._extra: dict[str, str] = {}
+
+    # --- lifecycle ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        addr = transport.get_extra_info("peername") or ("?", 0)
+        self.peer = f"{addr[0]}:{addr[1]}"
+        server = self.server
+        if len(server.connections) >= self.config.max_connections:
+            log.warning("connection refused: max_connections reached",
+                        extra={"peer": self.peer, "limit": self.config.max_connections})
+            server.metrics.errors.labels("max_connections").inc()
+            self.transport.abort()
+            return
+        server.connections.add(self)
+        server.metrics.connections.inc()
+        nonce, salt = server.fixed_nonce or (None, None)
+        self.conn = fp.ServerConnection(
+            peer=self.peer, shared_key=self.config.shared_key, users=self.config.users, hostname=server.hostname,
+            keepalive=self.config.keepalive, chunk_size_limit=self.config.chunk_size_limit,
+            decompression_size_limit=self.config.decompression_size_limit, nonce=nonce, auth_salt=salt)
+        if self.config.source_address_key:
+            self._extra[self.config.source_address_key] = str(addr[0])
+        if self.config.source_hostname_key:
+            self._hostname = asyncio.ensure_future(_resolve(str(addr[0]), int(addr[1])))
+        helo = self.conn.initiate()
+        if helo:
+            self.transport.write(helo)
+        if self.config.idle_timeout:
+            self._idle_timer = asyncio.get_running_loop().call_later(self.config.idle_timeout, self._check_idle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self in self.server.connections:
+            self.server.connections.discard(self)
+            self.server.metrics.connections.dec()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+
+    def close(self) -> None:
+        if not self.closing and self.transport is not None:
+            self.closing = True
+            self.transport.close()
+
+    def _check_idle(self) -> None:
+        idle = time.monotonic() - self.last_data
+        timeout = self.config.idle_timeout
+        if idle >= timeout and not self.tasks:
+            log.info("idle connection closed", extra={"peer": self.peer, "idle_timeout": timeout})
+            self.server.metrics.errors.labels("idle_timeout").inc()
+            self.close()
+        elif not self.closing:
+            self._idle_timer = asyncio.get_running_loop().call_later(max(timeout - idle, 0.05), self._check_idle)
+
+    # --- receiving ---
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn is None or self.closing:
+            return
+        self.last_data = time.monotonic()
+        conn = self.conn
+        conn.receive_data(data)
+        try:
+            while True:
+                event = conn.next_event()
+                if event is fp.NEED_DATA:
+                    break
+                if isinstance(event, fp.EventBatch):
+                    self._accept(event)
+                elif isinstance(event, fp.Ping):
+                    self._answer(event)
+                    if self.closing:
+                        return
+                # a Heartbeat needs nothing: the bytes already reset the idle timer
+        except ProtocolError as e:
+            self._fail(e)
+
+    def eof_received(self) -> bool | None:
+        if self.conn is not None and self.conn.buffered:
+            log.warning("connection closed in the middle of a message",
+                        extra={"peer": self.peer, "value": self.conn.buffered})
+            self.server.metrics.errors.labels("truncated").inc()
+        return False  # close our side too once the acks are written (transport closes after writes)
+
+    def _fail(self, e: ProtocolError) -> None:
+        if isinstance(e, LimitExceeded):
+            log.warning(str(e), extra={"peer": self.peer, "limit": e.limit_name, "value": e.value})
+            self.server.metrics.errors.labels(e.limit_name).inc()
+        else:
+            log.warning("protocol error: %s", e.message, extra={"peer": self.peer})
+            self.server.metrics.errors.labels(type(e).__name__).inc()
+        self.close()
+
+    def _answer(self, ping: fp.Ping) -> None:
+        assert self.conn is not None and self.transport is not None
+        pong = self.conn.answer(ping)
+        self.transport.write(self.conn.send(pong))
+        if not pong.auth_result:
+            log.warning("handshake refused: %s", pong.reason,
+                        extra={"peer": self.peer, "hostname": ping.hostname, "username": ping.username})
+            self.server.metrics.errors.labels("authentication").inc()
+            self.close()
+
+    def _accept(self, batch: fp.EventBatch) -> None:
+        metrics = self.server.metrics
+        if batch.invalid:
+            metrics.invalid_events.inc(batch.invalid)
+            log.warning("invalid entries skipped", extra={"peer": self.peer, "value": batch.invalid, "tag": batch.tag})
+        size = len(batch.entries)
+        self.inflight += size
+        task = asyncio.ensure_future(self._store(batch, size))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        if self.inflight > self.config.max_inflight_bytes and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    async def _store(self, batch: fp.EventBatch, size: int) -> None:
+        server = self.server
+        try:
+            tag = batch.tag
+            if self.config.add_tag_prefix:
+                tag = f"{self.config.add_tag_prefix}.{tag}"
+            entries = batch.entries
+            extra = self._extra
+            if self._hostname is not None:
+                extra = {**extra, self.config.source_hostname_key: await self._hostname}
+            if extra and batch.size:
+                entries = fp.add_record_keys(entries, extra)
+            segment = server.runtime.router.segment_for(tag, self.config.segment)
+            chunk = batch.chunk
+            option: dict[str, Any] = {**batch.option, "source": "forward", "peer": self.peer}
+            pieces = fp.split_entries(entries, self.store.config.max_frame_size - _BATCH_OVERHEAD)
+            if len(pieces) == 1:
+                bodies = [encode_batch(tag, entries, {**option, "size": batch.size})]
+            else:
+                bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
+            writer = None
+            if chunk is not None and self.config.exactly_once:
+                writer = WriterCondition(key=b"fwd:" + fp._b(chunk), end=1)
+            if batch.size:
+                result = await self.store.append(segment, bodies, writer=writer)
+                duplicate = result.duplicate
+            elif chunk is not None:
+                duplicate = False  # nothing valid to store: ack so the client does not retry a hopeless chunk
+            else:
+                return
+            if duplicate:
+                server.metrics.duplicates.inc()
+                log.info("retried chunk acknowledged again, not stored", extra={"peer": self.peer})
+            else:
+                server.metrics.batches.inc()
+                server.metrics.events.labels(batch.mode.value).inc(batch.size)
+                server.metrics.bytes.inc(len(entries))
+            if chunk is not None and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(self.conn.send(fp.Ack(chunk)))  # type: ignore[union-attr]
+        except (StoreError, OSError) as e:
+            log.error("store refused a batch; no ack, closing: %s", e, extra={"peer": self.peer})
+            server.metrics.errors.labels("store").inc()
+            self.close()
+        finally:
+            self.inflight -= size
+            limit = self.config.max_inflight_bytes
+            if self.paused and self.inflight <= limit * _READ_PAUSED_BELOW and self.transport is not None:
+                self.paused = False
+                if not self.closing:
+                    self.transport.resume_reading()
+
+
+def _count(entries: bytes) -> int:
+    return fp.scan_entries(entries)[1]
+
+
+async def _resolve(host: str, port: int) -> str:
+    try:
+        name, _ = await asyncio.get_running_loop().getnameinfo((host, port), socket.NI_NAMEREQD)
+        return str(name)
+    except OSError:
+        return host
+
+
+async def start(runtime: Runtime) -> ForwardServer:
+    server = ForwardServer(runtime)
+    await server.start()
+    return server

@@ -1,0 +1,1 @@
+"""Interop tests: logport against real third-party peers."""
