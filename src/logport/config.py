@@ -78,6 +78,19 @@ class ForwardConfig:
     port: int = 24224
     segment: str = "forward"
     tls: TLSConfig = field(default_factory=TLSConfig)
+    shared_key: str = ""  # turns the HELO/PING/PONG handshake on
+    users: dict[str, str] = field(default_factory=dict)  # username -> password; empty = no user auth
+    self_hostname: str = ""  # hostname in PONG; empty = hub.hostname
+    keepalive: bool = True  # HELO's keepalive flag
+    chunk_size_limit: int = 16 * MiB  # largest msgpack message (compressed size) before close
+    decompression_size_limit: int = 256 * MiB  # largest decompressed CompressedPackedForward payload
+    max_connections: int = 1024
+    idle_timeout: float = 300.0  # seconds without a byte before a connection is closed; 0 = never
+    max_inflight_bytes: int = 32 * MiB  # per connection: received, not yet stored; reading pauses above
+    exactly_once: bool = True  # a retried chunk id is acked again but not stored twice
+    add_tag_prefix: str = ""
+    source_address_key: str = ""  # add the client's IP to every record under this key
+    source_hostname_key: str = ""  # add the client's reverse-resolved hostname under this key
 
 
 @dataclass
@@ -115,6 +128,18 @@ class ForwardOutputConfig:
     segment: str = "forward"
     host: str = "127.0.0.1"
     port: int = 24224
+    standby: list[str] = field(default_factory=list)  # "host:port" tried when the main server fails
+    shared_key: str = ""
+    username: str = ""
+    password: str = ""
+    self_hostname: str = ""  # hostname in PING; empty = hub.hostname
+    tls: bool = False
+    tls_ca: str = ""  # CA bundle to verify the server; empty = system CAs
+    tls_verify: bool = True
+    compress: Literal["", "gzip", "zstd"] = ""
+    ack_timeout: float = 30.0  # no ack in time: reconnect and send again
+    max_batch_bytes: int = 1 * MiB  # stored bytes read per send
+    retry_wait: float = 1.0  # first reconnect delay; doubles up to 30 s
 
 
 @dataclass
@@ -273,6 +298,16 @@ def validate(config: Config) -> None:
             raise ConfigError(f"config keys '{name}.tls.cert' and '{name}.tls.key' must be set together")
         if tls.verify_client and not tls.client_ca:
             raise ConfigError(f"config key '{name}.tls.verify_client' is true but '{name}.tls.client_ca' is empty")
+    fw = config.forward
+    for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes"):
+        _check_positive(f"forward.{key}", getattr(fw, key))
+    _check_positive("forward.idle_timeout", fw.idle_timeout, zero_ok=True)
+    if fw.users and not fw.shared_key:
+        raise ConfigError("config key 'forward.users' needs 'forward.shared_key' (user auth is part of the handshake)")
+    for i, out in enumerate(config.outputs.forward):
+        _check_port(f"outputs.forward[{i}].port", out.port)
+        _check_positive(f"outputs.forward[{i}].ack_timeout", out.ack_timeout)
+        _check_positive(f"outputs.forward[{i}].max_batch_bytes", out.max_batch_bytes)
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
     for i, route in enumerate(config.routes):
