@@ -1,0 +1,320 @@
+"""The `logport` PySpark data source: batch and streaming reads of stored segments.
+
+A partition is a byte range of one segment that starts and ends on frame
+boundaries; a streaming offset is a JSON map segment -> byte offset with sorted
+keys, always on a frame boundary, so a restart from a checkpoint resumes
+exactly where the last committed batch ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from logport.errors import OffsetTruncated
+from logport.spark.columns import SPARK_SCHEMA, frames_to_batches
+from logport.spark.segments import SegmentAccess, SourceOptionError, open_segments, select_segments
+from logport.store import frames
+from logport.store.reader import count_events
+
+DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024
+EARLIEST, LATEST = -2, -1  # as numbers inside a JSON offsets option (Kafka's convention)
+
+Offsets = dict[str, int]
+
+
+@dataclass(frozen=True)
+class SegmentRange(InputPartition):
+    """Bytes [start, end) of one segment; both on frame boundaries."""
+
+    segment: str
+    start: int
+    end: int
+
+
+def _sorted(offsets: Offsets) -> Offsets:
+    return {name: offsets[name] for name in sorted(offsets)}
+
+
+def _int_option(options: dict[str, str], key: str, default: int | None) -> int | None:
+    value = options.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise SourceOptionError(f"option {key}={value!r} is not an integer") from None
+    if number <= 0:
+        raise SourceOptionError(f"option {key}={value!r} must be positive")
+    return number
+
+
+def _offset_spec(options: dict[str, str], key: str, default: str) -> str | dict[str, int]:
+    value = options.get(key, default).strip()
+    if value in ("earliest", "latest"):
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not (isinstance(parsed, dict) and all(isinstance(v, int) for v in parsed.values())):
+        raise SourceOptionError(f"option {key}={value!r} is not earliest, latest or a JSON map segment -> offset")
+    return parsed
+
+
+class SegmentPlanner:
+    """Offsets and partitions over the selected segments, for the batch and the stream reader."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.patterns = options.get("segments")
+        self.partition_bytes = _int_option(options, "partitionBytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES
+        self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
+        self._access: SegmentAccess | None = None
+
+    @property
+    def access(self) -> SegmentAccess:
+        if self._access is None:
+            self._access = open_segments(self.options)
+        return self._access
+
+    def close(self) -> None:
+        if self._access is not None:
+            self._access.close()
+            self._access = None
+
+    def segments(self) -> list[str]:
+        return select_segments(self.access.names(), self.patterns)
+
+    def complete_end(self, name: str, start: int, end: int | None = None) -> int:
+        """The end of the last whole frame at or before `end` (default: the segment's end), from `start`."""
+        if end is None:
+            end = self.access.bounds(name)[1]
+        position = start
+        for offset, _, length in self.access.frame_headers(name, start, end):
+            position = offset + frames.HEADER_SIZE + length
+        return position
+
+    def resolve(self, spec: str | dict[str, int], names: list[str], *, ending: bool) -> Offsets:
+        """Offsets for earliest / latest / a JSON map (segments left out of the map: earliest, or latest when ending)."""
+        out: Offsets = {}
+        for name in names:
+            lo, _, _ = self.access.bounds(name)
+            if isinstance(spec, dict):
+                value = spec.get(name, LATEST if ending else EARLIEST)
+            else:
+                value = EARLIEST if spec == "earliest" else LATEST
+            if value == EARLIEST:
+                out[name] = lo
+            elif value == LATEST:
+                out[name] = self.complete_end(name, lo)
+            else:
+                out[name] = value
+        return _sorted(out)
+
+    def check_start(self, name: str, start: int) -> int:
+        """`start`, or the segment's start when retention removed the bytes below it and data loss is allowed."""
+        lo, _, _ = self.access.bounds(name)
+        if start < lo:
+            if self.fail_on_data_loss:
+                raise OffsetTruncated(name, start, lo)
+            return lo
+        return start
+
+    def split(self, name: str, start: int, end: int) -> list[SegmentRange]:
+        """[start, end) cut on frame boundaries into ranges of about partitionBytes."""
+        if end <= start:
+            return []
+        if end - start <= self.partition_bytes:
+            return [SegmentRange(name, start, end)]
+        ranges = []
+        cut = start
+        for offset, _, length in self.access.frame_headers(name, start, end):
+            stop = offset + frames.HEADER_SIZE + length
+            if stop - cut >= self.partition_bytes:
+                ranges.append(SegmentRange(name, cut, stop))
+                cut = stop
+        if cut < end:
+            ranges.append(SegmentRange(name, cut, end))
+        return ranges
+
+    def ranges(self, start: Offsets, end: Offsets) -> list[SegmentRange]:
+        out: list[SegmentRange] = []
+        for name in sorted(end):
+            lo = start.get(name, end[name])
+            out.extend(self.split(name, lo, end[name]))
+        return out
+
+
+def read_range(options: dict[str, str], partition: SegmentRange) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition (runs in a task: opens its own access)."""
+    access = open_segments(options)
+    try:
+        frames_in_range = access.iter_frames(partition.segment, partition.start, partition.end)
+        yield from frames_to_batches(partition.segment, frames_in_range)
+    finally:
+        access.close()
+
+
+class LogportBatchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def partitions(self) -> list[SegmentRange]:  # type: ignore[override]
+        planner = SegmentPlanner(self.options)
+        try:
+            names = planner.segments()
+            start = planner.resolve(_offset_spec(self.options, "startingOffsets", "earliest"), names, ending=False)
+            end = planner.resolve(_offset_spec(self.options, "endingOffsets", "latest"), names, ending=True)
+            for name in names:
+                start[name] = planner.check_start(name, start[name])
+            return planner.ranges(start, end)
+        finally:
+            planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        assert isinstance(partition, SegmentRange)
+        return read_range(self.options, partition)
+
+
+class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of whole frames; maxBytesPerTrigger / maxRowsPerTrigger bound each one."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.planner = SegmentPlanner(options)
+        self.max_bytes = _int_option(options, "maxBytesPerTrigger", None)
+        self.max_rows = _int_option(options, "maxRowsPerTrigger", None)
+        self.target: Offsets | None = None  # Trigger.AvailableNow: never read past these
+
+    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+        spec = _offset_spec(self.options, "startingOffsets", "earliest")
+        return self.planner.resolve(spec, self.planner.segments(), ending=False)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        if self.max_rows is not None:
+            return ReadMaxRows(self.max_rows)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        names = self.planner.segments()
+        self.target = {name: self.planner.complete_end(name, self.planner.access.bounds(name)[0]) for name in names}
+
+    def _available(self, start: Offsets) -> tuple[Offsets, Offsets]:
+        """(from, limit) per segment: where each segment resumes and the end of its whole frames."""
+        names = self.planner.segments()
+        resume: Offsets = {}
+        until: Offsets = {}
+        for name in names:
+            if self.target is not None and name not in self.target:
+                continue
+            lo, hi, _ = self.planner.access.bounds(name)
+            if name not in start:
+                # A segment seen for the first time enters the offsets at its start, with no data
+                # yet, so every batch's range is fixed by the offsets alone (replayable).
+                resume[name] = until[name] = lo
+                continue
+            resume[name] = self.planner.check_start(name, start[name])
+            if self.target is not None:
+                hi = min(hi, self.target[name])
+            until[name] = max(resume[name], hi)
+        return resume, until
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
+        resume, until = self._available(start)
+        end: Offsets = dict(start)
+        end.update(resume)
+        budget: int | None = None
+        by_rows = False
+        if isinstance(limit, ReadMaxBytes):
+            budget = limit.max_bytes
+        elif isinstance(limit, ReadMaxRows):
+            budget, by_rows = limit.max_rows, True
+        names = sorted(resume)
+        taken_total = 0
+        for i, name in enumerate(names):
+            # An even share of what is left, so one busy segment cannot starve the others.
+            share = None if budget is None else (budget - taken_total) // (len(names) - i)
+            end[name], taken = self._advance(name, resume[name], until[name], share, by_rows)
+            taken_total += taken
+        if budget is not None and taken_total == 0:
+            # Not even one frame fitted: admit one anyway, or the query would never move.
+            for name in names:
+                end[name], taken = self._advance(name, resume[name], until[name], None, by_rows, max_frames=1)
+                if end[name] > resume[name]:
+                    break
+        return _sorted(end)
+
+    def _advance(self, name: str, start: int, limit: int, share: int | None, by_rows: bool,
+                 max_frames: int | None = None) -> tuple[int, int]:
+        """(new offset, bytes or rows admitted) from `start`: whole frames below `limit`, at most `share`."""
+        position, taken, count = start, 0, 0
+        if limit <= start:
+            return position, 0
+        if by_rows:
+            for offset, frame_type, body in self.planner.access.iter_frames(name, start, limit):
+                rows = count_events(body) if frame_type == frames.EVENT else 0
+                if (share is not None and taken + rows > share) or count == max_frames:
+                    break
+                position, taken, count = offset + frames.HEADER_SIZE + len(body), taken + rows, count + 1
+            return position, taken
+        for offset, _, length in self.planner.access.frame_headers(name, start, limit):
+            size = frames.HEADER_SIZE + length
+            if (share is not None and taken + size > share) or count == max_frames:
+                break
+            position, taken, count = offset + size, taken + size, count + 1
+        return position, taken
+
+    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+        names = self.planner.segments()
+        return _sorted({name: self.planner.access.bounds(name)[1] for name in names})
+
+    def partitions(self, start: dict, end: dict) -> list[SegmentRange]:  # type: ignore[type-arg, override]
+        return self.planner.ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        assert isinstance(partition, SegmentRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        pass  # the hub keeps nothing per reader: the position lives only in Spark's checkpoint
+
+    def stop(self) -> None:
+        self.planner.close()
+
+
+class LogportDataSource(DataSource):
+    """`spark.read.format("logport")` / `spark.readStream.format("logport")`; see README "Spark"."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "logport"
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA
+
+    def _options(self) -> dict[str, Any]:
+        options = dict(self.options)
+        open_segments(options).close()  # fail at plan time on a missing or malformed path/server
+        return options
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LogportBatchReader(self._options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogportStreamReader(self._options())
