@@ -1,0 +1,66 @@
+"""What every benchmark scenario shares: timing, percentiles, the results table, the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run_async(main: Callable[[], Awaitable[T]]) -> T:
+    try:
+        import uvloop
+
+        return uvloop.run(main())  # type: ignore[no-any-return]
+    except ImportError:
+        return asyncio.run(main())  # type: ignore[arg-type]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def command_line() -> str:
+    return "logport bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else "logport bench"
+
+
+def header(title: str) -> None:
+    print(f"# {title}")
+    print(f"# command: {command_line()}")
+    print(f"# host: {platform.node()} python {platform.python_version()} cpus {os.cpu_count()}"
+          f" at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A Markdown table, ready to paste into docs/benchmarks.md."""
+    cells = [[str(c) for c in columns]] + [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for i, row in enumerate(cells):
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if value < 10 else f"{value:.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)

@@ -1,0 +1,90 @@
+"""Configuration: defaults, overrides, and refusals that name the key and the value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logport.config import Config, load_config
+from logport.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "logport.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_follow_the_design() -> None:
+    c = load_config(None)
+    assert (c.forward.port, c.lumberjack.port, c.segment.port) == (24224, 5044, 12345)
+    assert (c.logjam.router_port, c.logjam.pull_port, c.logjam.pub_port) == (9604, 9605, 9606)
+    assert c.metrics.port == 24231
+    assert c.store.fsync == "always" and c.store.chunk_size == 64 * 1024 * 1024
+    assert all(s.bind == "127.0.0.1" for s in c.listener_sections())
+
+
+def test_a_full_file(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, """
+[store]
+data_dir = "/var/lib/logport"
+fsync = "interval"
+fsync_interval = 2
+[forward]
+port = 24225
+[forward.tls]
+cert = "c.pem"
+key = "k.pem"
+[[routes]]
+match = "app.**"
+segment = "app"
+[[outputs.forward]]
+name = "downstream"
+host = "10.0.0.1"
+"""))
+    assert c.store.data_dir == "/var/lib/logport" and c.store.fsync_interval == 2.0
+    assert c.forward.port == 24225 and c.forward.tls.enabled
+    assert c.routes[0].segment == "app"
+    assert c.outputs.forward[0].name == "downstream"
+
+
+def test_command_line_overrides(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, '[store]\ndata_dir = "x"\n'), data_dir="y", bind="0.0.0.0")
+    assert c.store.data_dir == "y"
+    assert all(s.bind == "0.0.0.0" for s in c.listener_sections()) and c.metrics.bind == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[store]\nfsinc = 'always'\n", "unknown config key 'store.fsinc'"),
+        ("[nosuch]\n", "unknown config key 'nosuch'"),
+        ("[store]\nfsync = 'sometimes'\n", "'store.fsync' has value 'sometimes'"),
+        ("[store]\nchunk_size = 'big'\n", "'store.chunk_size' must be an integer, not 'big'"),
+        ("[store]\nchunk_size = true\n", "'store.chunk_size' must be an integer, not True"),
+        ("[store]\nchunk_size = 0\n", "'store.chunk_size' has value 0"),
+        ("[store]\nretention_age = -1\n", "'store.retention_age' has value -1"),
+        ("[forward]\nport = 70000\n", "'forward.port' has value 70000"),
+        ("[forward.tls]\ncert = 'c.pem'\n", "'forward.tls.cert' and 'forward.tls.key'"),
+        ("[[routes]]\nmatch = 'a'\n", "'routes[0].segment'"),
+        ("[metrics]\nenabled = 'yes'\n", "'metrics.enabled' must be a bool, not 'yes'"),
+        ("store = 1\n", "[store] must be a table"),
+        ("[store\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_is_refused_naming_key_and_value(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    assert message in str(e.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config("/nonexistent/logport.toml")
+
+
+def test_every_section_has_a_readme_entry() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for name in Config.__dataclass_fields__:
+        assert f"[{name}]" in readme or f"[[{name}]]" in readme or f"[[{name}." in readme, name

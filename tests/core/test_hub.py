@@ -1,0 +1,50 @@
+"""The hub: opens the store, serves Prometheus metrics, stops cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from pathlib import Path
+
+from logport.config import Config
+from logport.hub import Hub
+from tests.conftest import free_port
+
+
+def config_without_listeners(tmp_path: Path) -> Config:
+    c = Config()
+    c.store.data_dir = str(tmp_path / "data")
+    for section in c.listener_sections():
+        section.enabled = False
+    c.metrics.port = free_port()
+    return c
+
+
+async def test_metrics_endpoint_shows_store_activity(tmp_path: Path) -> None:
+    config = config_without_listeners(tmp_path)
+    hub = Hub(config)
+    runtime = await hub.start()
+    try:
+        await runtime.store.append("seg-a", [b"x" * 100])
+        await runtime.store.append("seg-a", [b"y" * 100])
+        url = f"http://127.0.0.1:{config.metrics.port}/metrics"
+        text = await asyncio.get_running_loop().run_in_executor(None, lambda: urllib.request.urlopen(url).read().decode())
+    finally:
+        await hub.stop()
+    assert 'logport_store_appends_total{segment="seg-a"} 2.0' in text
+    assert 'logport_store_append_bytes_total{segment="seg-a"} 216.0' in text
+    assert "logport_store_fsyncs_total" in text
+    assert "logport_store_fsync_seconds_bucket" in text
+    assert 'logport_segment_bytes{segment="seg-a"} 216.0' in text
+
+
+async def test_hub_restart_keeps_the_data(tmp_path: Path) -> None:
+    config = config_without_listeners(tmp_path)
+    hub = Hub(config, serve_metrics=False)
+    runtime = await hub.start()
+    await runtime.store.append("s", [b"kept"])
+    await hub.stop()
+    hub = Hub(config, serve_metrics=False)
+    runtime = await hub.start()
+    assert runtime.store.info("s").end_offset == 12
+    await hub.stop()
