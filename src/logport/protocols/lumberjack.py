@@ -1,0 +1,399 @@
+"""Lumberjack v1 and v2 (the Beats protocol), sans-IO: frames in, events out, and back.
+
+Frames are a version byte ('1' or '2'), a type byte and big-endian uint32s;
+there is no frame length, so after any error the stream cannot resync and the
+connection must close. Writer -> reader: `W` window size, `D` (v1 key/value
+pairs), `J` (v2 JSON), `C` (zlib of whole frames, may nest). Reader -> writer:
+`A` ack of the highest sequence.
+"""
+
+from __future__ import annotations
+
+import calendar
+import enum
+import struct
+import time
+import zlib
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
+
+V1 = 0x31  # '1'
+V2 = 0x32  # '2'
+WINDOW = 0x57  # 'W'
+ACK = 0x41  # 'A'
+DATA = 0x44  # 'D' (v1)
+JSON = 0x4A  # 'J' (v2)
+COMPRESSED = 0x43  # 'C'
+TLS_HANDSHAKE = 0x16  # first byte of a TLS ClientHello
+
+MAX_NESTING = 4  # C frames inside C frames: go-lumber accepts them, nobody needs more
+
+_U32 = struct.Struct(">I")
+_FRAME_U32 = struct.Struct(">BBI")  # version, type, one uint32 (W, A, C length)
+_JSON_HEAD = struct.Struct(">BBII")  # version, type, seq, payload length
+_U32_PAIR = struct.Struct(">II")
+
+
+# --- events ---
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSize:
+    """`W`: the writer will send up to `size` events before it waits for an ack."""
+
+    version: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """One event: a `D` frame (v1, str -> str fields) or a `J` frame (v2, a JSON object)."""
+
+    version: int
+    seq: int
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """`A`: every event up to and including `seq` is acknowledged (0: keep-alive)."""
+
+    version: int
+    seq: int
+
+
+Event = WindowSize | Data | Ack
+
+
+# --- errors ---
+
+
+class TLSOnPlaintextPort(RemoteProtocolError):
+    """The peer opened with a TLS handshake on a port that does not speak TLS."""
+
+
+class CountLimitExceeded(LimitExceeded):
+    """A limit counted in events rather than bytes (the window size)."""
+
+    def __init__(self, what: str, value: int, limit_name: str, limit: int, *, peer: str | None = None) -> None:
+        super().__init__(what, value, limit_name, limit, peer=peer)
+        self.message = f"{what} of {value} events exceeds {limit_name} {limit}"
+
+    def __str__(self) -> str:
+        if self.peer:
+            return f"{self.what} of {self.value} events from {self.peer} exceeds {self.limit_name} {self.limit}"
+        return self.message
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_payload_size: int = 64 * 1024 * 1024  # one J/D/C frame's payload
+    max_decompressed_size: int = 256 * 1024 * 1024  # what one C frame (with its nested ones) inflates to
+    max_window_size: int = 1_000_000  # events announced by one W frame
+
+
+class Role(enum.Enum):
+    SERVER = "server"  # the reader (Logstash's side): receives W/D/J/C, sends A
+    CLIENT = "client"  # the writer (Beats' side): receives A, sends W/D/J/C
+
+
+class Connection:
+    """One lumberjack connection, either side. Raises only RemoteProtocolError / LocalProtocolError."""
+
+    def __init__(self, role: Role, limits: Limits | None = None, *, peer: str | None = None) -> None:
+        self.role = role
+        self.limits = limits or Limits()
+        self.peer = peer
+        self.version: int | None = None  # the version of the last frame received
+        self._buffer = ReceiveBuffer()
+        self._events: deque[Event] = deque()
+        self._error: RemoteProtocolError | None = None
+        self._fresh = True
+
+    # --- receiving ---
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._buffer += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet parsed into events (part of a frame)."""
+        return len(self._buffer)
+
+    def next_event(self) -> Event | _NeedData:
+        if self._events:
+            return self._events.popleft()
+        if self._error is not None:
+            raise self._error
+        try:
+            self._parse_buffer()
+        except RemoteProtocolError as e:
+            e.peer = self.peer
+            self._error = e
+            if self._events:  # hand out what came before the error first
+                return self._events.popleft()
+            raise
+        if self._events:
+            return self._events.popleft()
+        return NEED_DATA
+
+    def _parse_buffer(self) -> None:
+        buf = self._buffer
+        if not buf:
+            return
+        if self._fresh and buf.peek_byte() == TLS_HANDSHAKE:
+            raise TLSOnPlaintextPort(
+                "TLS handshake (first byte 0x16) on a plaintext lumberjack port: "
+                "the client uses TLS but [lumberjack.tls] is not configured"
+            )
+        self._fresh = False
+        data, start = buf.raw, buf.start
+        end = len(data)
+        pos = start
+        # parse every whole frame in the buffer: one call per TCP read, not per frame
+        while True:
+            new_pos = self._parse_frame(data, pos, end, 0)
+            if new_pos is None:
+                break
+            pos = new_pos
+        buf.consumed(pos - start)
+
+    def _parse_frame(self, data: bytes | bytearray, pos: int, end: int, depth: int) -> int | None:
+        """Parse the frame at `pos`, queue its events, return where the next starts (None: incomplete)."""
+        if end - pos < 2:
+            return None
+        version = data[pos]
+        kind = data[pos + 1]
+        if version != V1 and version != V2:
+            raise RemoteProtocolError(
+                f"invalid lumberjack version byte 0x{version:02x} (frame type byte 0x{kind:02x}); expected '1' or '2'"
+            )
+        self.version = version
+        if self.role is Role.CLIENT:
+            if kind != ACK:
+                raise RemoteProtocolError(f"invalid frame type 0x{kind:02x} from a lumberjack server (only 'A')")
+            if end - pos < 6:
+                return None
+            self._events.append(Ack(version, _U32.unpack_from(data, pos + 2)[0]))
+            return pos + 6
+        if kind == JSON:
+            if end - pos < 10:
+                return None
+            _, _, seq, length = _JSON_HEAD.unpack_from(data, pos)
+            if length > self.limits.max_payload_size:
+                raise LimitExceeded("J frame", length, "max_payload_size", self.limits.max_payload_size)
+            stop = pos + 10 + length
+            if stop > end:
+                return None
+            try:
+                fields = orjson.loads(memoryview(data)[pos + 10 : stop])
+            except orjson.JSONDecodeError as e:
+                raise RemoteProtocolError(f"J frame seq {seq} is not valid JSON: {e}") from None
+            if type(fields) is not dict:
+                raise RemoteProtocolError(f"J frame seq {seq} holds JSON {type(fields).__name__}, not an object")
+            self._events.append(Data(version, seq, fields))
+            return stop
+        if kind == WINDOW:
+            if end - pos < 6:
+                return None
+            size = _U32.unpack_from(data, pos + 2)[0]
+            if size > self.limits.max_window_size:
+                raise CountLimitExceeded("window", size, "max_window_size", self.limits.max_window_size)
+            self._events.append(WindowSize(version, size))
+            return pos + 6
+        if kind == COMPRESSED:
+            if end - pos < 6:
+                return None
+            length = _U32.unpack_from(data, pos + 2)[0]
+            if length > self.limits.max_payload_size:
+                raise LimitExceeded("C frame", length, "max_payload_size", self.limits.max_payload_size)
+            stop = pos + 6 + length
+            if stop > end:
+                return None
+            self._inflate(memoryview(data)[pos + 6 : stop], depth)
+            return stop
+        if kind == DATA:
+            return self._parse_data_frame(data, pos, end, version)
+        if kind == ACK:
+            raise RemoteProtocolError("'A' frame from a lumberjack client: only the server acknowledges")
+        raise RemoteProtocolError(f"invalid lumberjack frame type 0x{kind:02x} (version '{chr(version)}')")
+
+    def _parse_data_frame(self, data: bytes | bytearray, pos: int, end: int, version: int) -> int | None:
+        limit = self.limits.max_payload_size
+        if end - pos < 10:
+            return None
+        seq, pairs = _U32_PAIR.unpack_from(data, pos + 2)
+        if pairs * 8 > limit:
+            raise LimitExceeded("D frame", pairs * 8, "max_payload_size", limit)
+        p = pos + 10
+        fields: dict[str, str] = {}
+        for _ in range(pairs):
+            if end - p < 4:
+                return None
+            klen = _U32.unpack_from(data, p)[0]
+            if p + 4 + klen - pos > limit:
+                raise LimitExceeded("D frame", p + 4 + klen - pos, "max_payload_size", limit)
+            if end - p < 8 + klen:
+                return None
+            key = bytes(data[p + 4 : p + 4 + klen]).decode("utf-8", "replace")
+            p += 4 + klen
+            vlen = _U32.unpack_from(data, p)[0]
+            if p + 4 + vlen - pos > limit:
+                raise LimitExceeded("D frame", p + 4 + vlen - pos, "max_payload_size", limit)
+            if end - p < 4 + vlen:
+                return None
+            fields[key] = bytes(data[p + 4 : p + 4 + vlen]).decode("utf-8", "replace")
+            p += 4 + vlen
+        self._events.append(Data(version, seq, fields))
+        return p
+
+    def _inflate(self, compressed: memoryview, depth: int) -> None:
+        """Decompress a C frame without ever holding more than the limit, then parse its frames."""
+        if depth >= MAX_NESTING:
+            raise RemoteProtocolError(f"C frames nested more than {MAX_NESTING} deep")
+        limit = self.limits.max_decompressed_size
+        inflater = zlib.decompressobj()
+        try:
+            inner = inflater.decompress(compressed, limit + 1)
+        except zlib.error as e:
+            raise RemoteProtocolError(f"C frame of {len(compressed)} bytes is not valid zlib: {e}") from None
+        if len(inner) > limit:
+            raise LimitExceeded("decompressed C frame", len(inner), "max_decompressed_size", limit)
+        if not inflater.eof:
+            raise RemoteProtocolError(f"truncated C frame: its {len(compressed)} bytes of zlib end mid-stream")
+        if inflater.unused_data:
+            raise RemoteProtocolError(f"C frame has {len(inflater.unused_data)} bytes after its zlib stream")
+        pos, end = 0, len(inner)
+        while pos < end:
+            new_pos = self._parse_frame(inner, pos, end, depth + 1)
+            if new_pos is None:
+                raise RemoteProtocolError(
+                    f"truncated frame inside a C frame: {end - pos} bytes left at offset {pos} of {end}"
+                )
+            pos = new_pos
+
+    # --- sending ---
+
+    def send(self, event: Event) -> bytes:
+        """The bytes of one frame (uncompressed); `compressed_frame` wraps frames in a C frame."""
+        if isinstance(event, Ack):
+            if self.role is not Role.SERVER:
+                raise LocalProtocolError("only the server (reader) sends 'A' frames")
+            return encode_ack(event.version, event.seq)
+        if self.role is not Role.CLIENT:
+            raise LocalProtocolError(f"a lumberjack server cannot send {type(event).__name__}")
+        if isinstance(event, WindowSize):
+            return encode_window(event.version, event.size)
+        if isinstance(event, Data):
+            if event.version == V1:
+                return encode_data_v1(event.seq, event.fields)
+            return encode_json(event.seq, orjson.dumps(event.fields))
+        raise LocalProtocolError(f"cannot send {event!r}")
+
+
+# --- encoders (shared by Connection.send and the clients' hot path) ---
+
+
+def _check_version(version: int) -> None:
+    if version not in (V1, V2):
+        raise LocalProtocolError(f"lumberjack version must be 0x31 or 0x32, not 0x{version:02x}")
+
+
+def _check_u32(what: str, value: int) -> None:
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise LocalProtocolError(f"{what} {value} does not fit a uint32")
+
+
+def encode_ack(version: int, seq: int) -> bytes:
+    _check_version(version)
+    _check_u32("ack sequence", seq)
+    return _FRAME_U32.pack(version, ACK, seq)
+
+
+def encode_window(version: int, size: int) -> bytes:
+    _check_version(version)
+    _check_u32("window size", size)
+    return _FRAME_U32.pack(version, WINDOW, size)
+
+
+def encode_json(seq: int, payload: bytes) -> bytes:
+    """A `2J` frame around already-serialised JSON."""
+    _check_u32("sequence", seq)
+    return _JSON_HEAD.pack(V2, JSON, seq, len(payload)) + payload
+
+
+def encode_data_v1(seq: int, fields: Mapping[str, Any]) -> bytes:
+    """A `1D` frame; v1 carries only strings, so other values are sent as their JSON text."""
+    _check_u32("sequence", seq)
+    parts = [_JSON_HEAD.pack(V1, DATA, seq, len(fields))]
+    for key, value in fields.items():
+        k = str(key).encode("utf-8")
+        v = value.encode("utf-8") if isinstance(value, str) else orjson.dumps(value)
+        parts.append(_U32.pack(len(k)))
+        parts.append(k)
+        parts.append(_U32.pack(len(v)))
+        parts.append(v)
+    return b"".join(parts)
+
+
+def compressed_frame(version: int, frames: bytes | Iterable[bytes], level: int = 3) -> bytes:
+    """A `C` frame holding whole frames, zlib (RFC 1950) at `level`."""
+    _check_version(version)
+    raw = frames if isinstance(frames, bytes | bytearray) else b"".join(frames)
+    body = zlib.compress(raw, level)
+    return _FRAME_U32.pack(version, COMPRESSED, len(body)) + body
+
+
+# --- @timestamp ---
+
+_second_cache: dict[str, int] = {}
+
+
+def parse_timestamp(value: Any) -> tuple[int, int] | None:
+    """(seconds, nanos) of a Beats `@timestamp` (RFC 3339, up to nanoseconds), None if it is not one."""
+    if type(value) is not str or len(value) < 20 or value[10] not in "Tt ":
+        return None
+    head = value[:19]
+    rest = value[19:]
+    nanos = 0
+    if rest[:1] == ".":
+        i = 1
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        digits = rest[1:i]
+        if not digits:
+            return None
+        nanos = int(digits[:9].ljust(9, "0"))
+        rest = rest[i:]
+    if rest in ("Z", "z"):
+        offset = 0
+    elif len(rest) == 6 and rest[0] in "+-" and rest[3] == ":" and rest[1:3].isdigit() and rest[4:].isdigit():
+        offset = (int(rest[1:3]) * 3600 + int(rest[4:]) * 60) * (1 if rest[0] == "+" else -1)
+    else:
+        return None
+    seconds = _second_cache.get(head)
+    if seconds is None:
+        try:
+            tm = time.strptime(head.replace("t", "T").replace(" ", "T"), "%Y-%m-%dT%H:%M:%S")
+        except ValueError:
+            return None
+        seconds = calendar.timegm(tm)
+        if len(_second_cache) >= 4096:
+            _second_cache.clear()
+        _second_cache[head] = seconds
+    seconds -= offset
+    if seconds < 0:
+        return None
+    return seconds, nanos
+
+
+def format_timestamp(seconds: int, nanos: int) -> str:
+    """RFC 3339 UTC with nanoseconds, as go-lumber's Filebeat writes `@timestamp`."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos:09d}Z"

@@ -1,0 +1,374 @@
+"""The Lumberjack (Beats) listener: v1 and v2 on one port, each window acknowledged once durable.
+
+A window (the events a `W` frame announced) is stored as PackedForward batches
+and acknowledged with its highest sequence after `store.append` returns; while
+it is being stored the writer gets a keep-alive `A 0` every few seconds, as
+Logstash sends. A sender that pauses mid-window has what it sent so far stored
+and acknowledged after `partial_window_delay` (streaming v1 clients announce
+windows they never fill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from logport.batch import encode_batch, pack_entry
+from logport.config import LumberjackConfig
+from logport.errors import LimitExceeded, LogportError, RemoteProtocolError
+from logport.protocols._receivebuffer import NEED_DATA
+from logport.protocols.lumberjack import (
+    Connection,
+    Data,
+    Limits,
+    Role,
+    WindowSize,
+    encode_ack,
+    parse_timestamp,
+)
+from logport.runtime import Runtime
+from logport.tls import server_context
+
+log = logging.getLogger("logport.lumberjack")
+
+SOURCE = "lumberjack"
+# windows decoded but not yet stored, per connection, before reading pauses (back-pressure)
+PAUSE_AT_WINDOWS = 4
+RESUME_AT_WINDOWS = 1
+# room left in a stored batch for the option map and msgpack headers
+BATCH_OVERHEAD = 64 * 1024
+
+
+@dataclass(slots=True)
+class Window:
+    """Events to store together and acknowledge with one `A` (empty: a `W 0`, acknowledged with 0)."""
+
+    version: int
+    events: list[Data]
+
+
+class LumberjackMetrics:
+    def __init__(self, runtime: Runtime) -> None:
+        r = runtime.metrics.registry
+        self.events = Counter("logport_lumberjack_events", "Events stored and acknowledged", ["segment"], registry=r)
+        self.windows = Counter("logport_lumberjack_windows", "Windows (or parts) acknowledged", registry=r)
+        self.keepalives = Counter("logport_lumberjack_keepalives", "Keep-alive acks (A 0) sent", registry=r)
+        self.errors = Counter(
+            "logport_lumberjack_connection_errors", "Connections closed on an error", ["reason"], registry=r
+        )
+        self.connections = Gauge("logport_lumberjack_connections", "Open connections", registry=r)
+
+
+def build_batches(events: list[Data], *, tag: str, tag_from_beat: bool, peer: str, max_body: int,
+                  received_ns: int) -> list[tuple[str, bytes, int]]:
+    """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
+
+    The record is the event without `@metadata`, which goes into the option;
+    `@timestamp` becomes the event time (the receive time when it is missing or bad).
+    """
+    out: list[tuple[str, bytes, int]] = []
+    default_s, default_ns = divmod(received_ns, 1_000_000_000)
+    run: list[bytes] = []
+    run_bytes = 0
+    run_meta: Any = None
+    run_tag = tag
+
+    def close_run() -> None:
+        if run:
+            option: dict[str, Any] = {"size": len(run), "source": SOURCE, "peer": peer}
+            if run_meta is not None:
+                option["@metadata"] = run_meta
+            out.append((run_tag, encode_batch(run_tag, b"".join(run), option), len(run)))
+
+    for event in events:
+        fields = event.fields
+        meta = fields.pop("@metadata", None)
+        if meta != run_meta or run_bytes > max_body:
+            close_run()
+            run, run_bytes, run_meta = [], 0, meta
+            run_tag = tag
+            if tag_from_beat and isinstance(meta, dict):
+                beat = meta.get("beat")
+                if isinstance(beat, str) and beat:
+                    run_tag = beat
+        t = parse_timestamp(fields.get("@timestamp"))
+        entry = pack_entry(t[0], t[1], fields) if t is not None else pack_entry(default_s, default_ns, fields)
+        run.append(entry)
+        run_bytes += len(entry)
+    close_run()
+    return out
+
+
+class LumberjackServer:
+    """The listening socket and its connections (the hub's Service)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.config: LumberjackConfig = runtime.config.lumberjack
+        cfg = self.config
+        self.limits = Limits(cfg.max_payload_size, cfg.max_decompressed_size, cfg.max_window_size)
+        self.metrics = LumberjackMetrics(runtime)
+        self.connections: set[LumberjackConnection] = set()
+        self.server: asyncio.Server | None = None
+        self.max_body = max(1, runtime.store.config.max_frame_size - BATCH_OVERHEAD)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(
+            lambda: LumberjackConnection(self), self.config.bind, self.config.port,
+            ssl=server_context(self.config.tls), reuse_address=True,
+        )
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            conn.abort()
+        if self.server is not None:
+            await self.server.wait_closed()
+
+
+async def start(runtime: Runtime) -> LumberjackServer:
+    server = LumberjackServer(runtime)
+    await server.start()
+    log.info("lumberjack listening", extra={"bind": server.config.bind, "port": server.port,
+                                             "tls": server.config.tls.enabled})
+    return server
+
+
+class LumberjackConnection(asyncio.Protocol):
+    """One client: decode in data_received, store and acknowledge windows in order in one task."""
+
+    def __init__(self, server: LumberjackServer) -> None:
+        self.server = server
+        self.config = server.config
+        self.peer = "?"
+        self.transport: asyncio.Transport | None = None
+        self.proto: Connection | None = None
+        self.loop = asyncio.get_running_loop()
+        self.window: list[Data] = []  # events of the current window not yet handed to the store
+        self.window_version = 0x32
+        self.window_remaining: int | None = None  # events still due in the current window; None: no W yet
+        self.jobs: deque[Window] = deque()
+        self.jobs_ready = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.partial_timer: asyncio.TimerHandle | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.keepalive_timer: asyncio.TimerHandle | None = None
+        self.last_activity = self.loop.time()
+        self.storing = False
+        self.paused = False
+        self.closed = False
+
+    # --- asyncio.Protocol ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        addr = transport.get_extra_info("peername")
+        self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        srv = self.server
+        if len(srv.connections) >= self.config.max_connections:
+            log.warning("connection refused: too many connections", extra={
+                "peer": self.peer, "limit": "max_connections", "value": len(srv.connections) + 1})
+            srv.metrics.errors.labels("max_connections").inc()
+            self.closed = True
+            transport.abort()
+            return
+        srv.connections.add(self)
+        srv.metrics.connections.inc()
+        self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer)
+        self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed or self.proto is None:
+            return
+        self.last_activity = self.loop.time()
+        proto = self.proto
+        proto.receive_data(data)
+        try:
+            while True:
+                event = proto.next_event()
+                if event is NEED_DATA:
+                    break
+                if type(event) is Data:
+                    self.window.append(event)
+                    if self.window_remaining is not None:
+                        self.window_remaining -= 1
+                        if self.window_remaining <= 0:
+                            self.window_remaining = None
+                            self._finish_window()
+                    elif len(self.window) >= self.config.max_window_size:
+                        self._finish_window()
+                elif type(event) is WindowSize:
+                    if self.window:  # the previous window was cut short: store what came
+                        self._finish_window()
+                    self.window_version = event.version
+                    if event.size == 0:
+                        self.window_remaining = None
+                        self._queue(Window(event.version, []))
+                    else:
+                        self.window_remaining = event.size
+        except RemoteProtocolError as e:
+            if self.window:  # events before the error are fine, but they will not be acknowledged
+                self.window.clear()
+            self._fail(e)
+            return
+        if self.window and self.partial_timer is None:
+            self.partial_timer = self.loop.call_later(self.config.partial_window_delay, self._flush_partial)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._shutdown()
+
+    # --- windows ---
+
+    def _finish_window(self) -> None:
+        if self.partial_timer is not None:
+            self.partial_timer.cancel()
+            self.partial_timer = None
+        self._queue(Window(self.window_version, self.window))
+        self.window = []
+
+    def _flush_partial(self) -> None:
+        self.partial_timer = None
+        if self.window and not self.closed:
+            self._finish_window()
+
+    def _queue(self, window: Window) -> None:
+        self.jobs.append(window)
+        self.jobs_ready.set()
+        if len(self.jobs) >= PAUSE_AT_WINDOWS and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    async def _store_windows(self) -> None:
+        srv = self.server
+        store = srv.runtime.store
+        router = srv.runtime.router
+        cfg = self.config
+        try:
+            while not self.closed:
+                if not self.jobs:
+                    self.jobs_ready.clear()
+                    await self.jobs_ready.wait()
+                    continue
+                window = self.jobs.popleft()
+                seq = 0
+                if window.events:
+                    seq = window.events[-1].seq
+                    batches = build_batches(
+                        window.events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
+                        max_body=srv.max_body, received_ns=time.time_ns(),
+                    )
+                    by_segment: dict[str, list[bytes]] = {}
+                    counts: dict[str, int] = {}
+                    for tag, body, count in batches:
+                        segment = router.segment_for(tag, cfg.segment)
+                        by_segment.setdefault(segment, []).append(body)
+                        counts[segment] = counts.get(segment, 0) + count
+                    self.storing = True
+                    self._arm_keepalive(window.version)
+                    try:
+                        if len(by_segment) == 1:
+                            ((segment, bodies),) = by_segment.items()
+                            await store.append(segment, bodies)
+                        else:
+                            await asyncio.gather(*(store.append(s, b) for s, b in by_segment.items()))
+                    finally:
+                        self.storing = False
+                        if self.keepalive_timer is not None:
+                            self.keepalive_timer.cancel()
+                            self.keepalive_timer = None
+                    for segment, count in counts.items():
+                        srv.metrics.events.labels(segment).inc(count)
+                if self.closed or self.transport is None:
+                    return
+                self.transport.write(encode_ack(window.version, seq))
+                srv.metrics.windows.inc()
+                self.last_activity = self.loop.time()
+                if self.paused and len(self.jobs) <= RESUME_AT_WINDOWS:
+                    self.paused = False
+                    self.transport.resume_reading()
+        except asyncio.CancelledError:
+            raise
+        except LogportError as e:
+            self._fail(e)
+        except Exception as e:
+            log.exception("storing a window failed", extra={"peer": self.peer})
+            self._fail(e)
+
+    def _arm_keepalive(self, version: int) -> None:
+        def keepalive() -> None:
+            if self.storing and not self.closed and self.transport is not None:
+                self.transport.write(encode_ack(version, 0))
+                self.server.metrics.keepalives.inc()
+                self.keepalive_timer = self.loop.call_later(self.config.keepalive_interval, keepalive)
+
+        self.keepalive_timer = self.loop.call_later(self.config.keepalive_interval, keepalive)
+
+    # --- idle timeout, errors, shutdown ---
+
+    def _arm_idle(self) -> None:
+        timeout = self.config.idle_timeout
+        if timeout > 0:
+            self.idle_timer = self.loop.call_later(timeout, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self.idle_timer = None
+        if self.closed:
+            return
+        timeout = self.config.idle_timeout
+        quiet = self.loop.time() - self.last_activity
+        if quiet >= timeout and not self.storing and not self.jobs and not self.window:
+            log.info("closing idle connection", extra={"peer": self.peer, "limit": "idle_timeout",
+                                                        "value": round(quiet, 1)})
+            self.server.metrics.errors.labels("idle_timeout").inc()
+            self.abort()
+            return
+        self.idle_timer = self.loop.call_later(max(0.05, timeout - quiet), self._check_idle)
+
+    def _fail(self, error: BaseException) -> None:
+        if self.closed:
+            return
+        extra: dict[str, Any] = {"peer": self.peer}
+        if isinstance(error, LimitExceeded):
+            extra.update(limit=error.limit_name, value=error.value)
+            reason = error.limit_name
+        else:
+            reason = type(error).__name__
+        if isinstance(error, RemoteProtocolError):
+            error.peer = self.peer
+        log.warning(f"closing connection: {error}", extra=extra)
+        self.server.metrics.errors.labels(reason).inc()
+        self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.closed and self not in self.server.connections:
+            return
+        self.closed = True
+        for timer in (self.partial_timer, self.idle_timer, self.keepalive_timer):
+            if timer is not None:
+                timer.cancel()
+        self.partial_timer = self.idle_timer = self.keepalive_timer = None
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        if self in self.server.connections:
+            self.server.connections.discard(self)
+            self.server.metrics.connections.dec()

@@ -1,0 +1,1 @@
+"""Lumberjack (Beats) protocol, server, client and output tests."""

@@ -1,0 +1,325 @@
+"""The lumberjack listener in a hub, over real sockets: acks after durability, keep-alives, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import struct
+import zlib
+from pathlib import Path
+
+import orjson
+import pytest
+
+from logport.config import RouteConfig, TLSConfig
+from logport.protocols.lumberjack import compressed_frame, encode_data_v1, encode_json, encode_window
+from tests.conftest import VECTORS
+from tests.lumberjack.harness import (
+    lumberjack_config,
+    running_hub,
+    self_signed_cert,
+    stored_batches,
+    wait_for_records,
+)
+
+VECTOR = json.loads((VECTORS / "go-lumber-client-v2-window.json").read_text())
+CLIENT_BYTES = [bytes.fromhex(c["hex"]) for c in VECTOR["conversation"] if c["dir"] == "client->server"]
+
+
+def ack(seq: int, version: bytes = b"2") -> bytes:
+    return version + b"A" + struct.pack(">I", seq)
+
+
+def window(seqs: range, version: int = 0x32, level: int = 3, extra: dict | None = None) -> bytes:
+    frames = b"".join(
+        encode_json(s, orjson.dumps({"@timestamp": "2026-11-22T03:25:39.000000001Z", "message": f"m{s}",
+                                     **(extra or {})}))
+        for s in seqs
+    )
+    return encode_window(version, len(seqs)) + compressed_frame(version, frames, level)
+
+
+async def connect(port: int, ssl_context: ssl.SSLContext | None = None):  # type: ignore[no-untyped-def]
+    return await asyncio.open_connection("127.0.0.1", port, ssl=ssl_context)
+
+
+async def read_acks_until(reader: asyncio.StreamReader, seq: int, version: bytes = b"2",
+                          timeout: float = 10.0) -> list[int]:
+    """Every ack up to the one for `seq`; only keep-alives (0) may come before it."""
+    acks: list[int] = []
+    while not acks or acks[-1] != seq:
+        frame = await asyncio.wait_for(reader.readexactly(6), timeout)
+        assert frame[:2] == version + b"A", frame
+        acks.append(struct.unpack(">I", frame[2:])[0])
+        assert acks[-1] in (0, seq) or acks[-1] < seq, acks
+    return acks
+
+
+async def closed_by_server(reader: asyncio.StreamReader, timeout: float = 5.0) -> bool:
+    data = await asyncio.wait_for(reader.read(), timeout)
+    return data == b""
+
+
+async def test_go_lumber_window_is_acknowledged_and_stored_with_nanoseconds(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        for chunk in CLIENT_BYTES:
+            writer.write(chunk)
+        acks = await read_acks_until(reader, VECTOR["window"])
+        assert set(acks[:-1]) <= {0}
+        writer.close()
+        batches = await stored_batches(hub.runtime.store, "lumberjack")
+        assert len(batches) == 1
+        batch = batches[0]
+        assert batch.tag == "beats"
+        assert batch.option["source"] == "lumberjack" and batch.option["size"] == 3
+        assert batch.option["peer"].startswith("127.0.0.1:")
+        entries = list(batch)
+        inner = bytes.fromhex(VECTOR["decompressed_inner_frames_hex"])
+        first = json.loads(inner[10 : 10 + struct.unpack(">I", inner[6:10])[0]])
+        assert entries[0].record == first
+        assert (entries[0].seconds, entries[0].nanos) == (1795317939, 28135265)
+        assert [e.nanos for e in entries] == [28135265, 28136537, 28136867]
+
+
+async def test_vector_fed_one_byte_at_a_time(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        for b in b"".join(CLIENT_BYTES):
+            writer.write(bytes([b]))
+            await writer.drain()
+        await read_acks_until(reader, 3)
+        writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 3)) == 3
+
+
+async def test_keepalive_acks_while_the_window_is_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data", keepalive_interval=0.05)) as hub:
+        store = hub.runtime.store
+        real_append = store.append
+
+        async def slow_append(*args, **kwargs):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.4)
+            return await real_append(*args, **kwargs)
+
+        monkeypatch.setattr(store, "append", slow_append)
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(b"".join(CLIENT_BYTES))
+        acks = await read_acks_until(reader, 3)
+        assert acks[-1] == 3 and acks.count(0) >= 3, acks
+        writer.close()
+
+
+@pytest.mark.parametrize("restart", [True, False], ids=["filebeat-seqs", "growing-seqs"])
+async def test_sequences_restarting_or_growing(tmp_path: Path, restart: bool) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        for w in range(3):
+            seqs = range(1, 5) if restart else range(1 + 4 * w, 5 + 4 * w)
+            writer.write(window(seqs))
+            assert (await read_acks_until(reader, seqs[-1]))[-1] == seqs[-1]
+        writer.close()
+        records = await wait_for_records(hub.runtime.store, "lumberjack", 12)
+        assert len(records) == 12
+
+
+async def test_empty_window_is_acknowledged_with_zero(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(encode_window(0x32, 0))
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == ack(0)
+        writer.write(window(range(1, 3)))
+        assert (await read_acks_until(reader, 2))[-1] == 2
+        writer.close()
+
+
+async def test_window_spread_over_c_frames_uncompressed_and_nested(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        j = [encode_json(s, orjson.dumps({"message": f"m{s}"})) for s in range(1, 7)]
+        nested = compressed_frame(0x32, compressed_frame(0x32, j[3:5]))
+        writer.write(encode_window(0x32, 6) + compressed_frame(0x32, j[:2]) + j[2] + nested)
+        await asyncio.sleep(0.05)  # the window is not complete yet: no ack
+        writer.write(compressed_frame(0x32, j[5:], 9))
+        assert (await read_acks_until(reader, 6))[-1] == 6
+        writer.close()
+        records = await wait_for_records(hub.runtime.store, "lumberjack", 6)
+        assert [r.record["message"] for r in records] == [f"m{s}" for s in range(1, 7)]
+
+
+async def test_v1_data_frames_acknowledged_in_v1(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        frames = [encode_data_v1(s, {"line": f"hello {s}", "host": "h1"}) for s in (1, 2)]
+        writer.write(encode_window(0x31, 2) + frames[0] + compressed_frame(0x31, frames[1]))
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == ack(2, b"1")
+        writer.close()
+        records = await wait_for_records(hub.runtime.store, "lumberjack", 2)
+        assert [r.record for r in records] == [{"line": "hello 1", "host": "h1"}, {"line": "hello 2", "host": "h1"}]
+
+
+async def test_partial_window_is_stored_and_acknowledged_after_a_pause(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data", partial_window_delay=0.1)) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(encode_window(0x31, 1000) + b"".join(encode_data_v1(s, {"line": "x"}) for s in (1, 2, 3)))
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == ack(3, b"1")
+        writer.write(encode_data_v1(4, {"line": "y"}))
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == ack(4, b"1")
+        writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 4)) == 4
+
+
+async def test_metadata_goes_to_the_option_and_can_name_the_tag(tmp_path: Path) -> None:
+    config = lumberjack_config(tmp_path / "data", tag_from_beat=True)
+    config.routes = [RouteConfig(match="filebeat", segment="files")]
+    async with running_hub(config) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        meta = {"beat": "filebeat", "type": "_doc", "version": "9.0.0"}
+        frames = [encode_json(1, orjson.dumps({"@metadata": meta, "message": "a"})),
+                  encode_json(2, orjson.dumps({"@metadata": meta, "message": "b"})),
+                  encode_json(3, orjson.dumps({"@metadata": {"beat": "winlogbeat"}, "message": "c"})),
+                  encode_json(4, orjson.dumps({"message": "d", "@timestamp": "not a time"}))]
+        writer.write(encode_window(0x32, 4) + compressed_frame(0x32, frames))
+        await read_acks_until(reader, 4)
+        writer.close()
+        store = hub.runtime.store
+        (files,) = await stored_batches(store, "files")
+        assert files.tag == "filebeat" and files.option["@metadata"] == meta and files.option["size"] == 2
+        assert [e.record for e in files] == [{"message": "a"}, {"message": "b"}]
+        other = await stored_batches(store, "lumberjack")
+        assert [b.tag for b in other] == ["winlogbeat", "beats"]
+        assert "@metadata" not in other[1].option
+        (d,) = list(other[1])
+        assert d.record == {"message": "d", "@timestamp": "not a time"} and d.seconds > 1_700_000_000
+
+
+# --- bad input: each closes only its own connection ---
+
+
+def zlib_bomb(size: int) -> bytes:
+    return zlib.compress(b"2J" + b"\0" * size, 9)
+
+
+BAD_INPUT = {
+    "invalid frame type": (b"2X\0\0\0\0", "invalid lumberjack frame type 0x58"),
+    "invalid version": (b"9W\0\0\0\1", "invalid lumberjack version byte 0x39"),
+    "huge J length": (b"2J\0\0\0\1\xff\xff\xff\xf0", "J frame of 4294967280 bytes"),
+    "huge C length": (b"2C\xff\xff\xff\xf0", "C frame of 4294967280 bytes"),
+    "zlib bomb": (encode_window(0x32, 1) + b"2C" + struct.pack(">I", len(zlib_bomb(50_000_000)))
+                  + zlib_bomb(50_000_000), "decompressed C frame of 1048577 bytes"),
+    "truncated C frame": (b"2C" + struct.pack(">I", 20) + zlib.compress(encode_json(1, b"{}") * 50)[:20],
+                          "truncated C frame"),
+    "truncated frame inside C": (compressed_frame(0x32, encode_json(1, b"{}")[:-1]), "truncated frame inside a C frame"),
+    "not zlib": (b"2C\0\0\0\4abcd", "not valid zlib"),
+    "bad json": (encode_json(1, b"{nope"), "not valid JSON"),
+    "json array": (encode_json(1, b"[1,2]"), "not an object"),
+    "window too large": (encode_window(0x32, 10_000_000), "window of 10000000 events"),
+    "ack from client": (b"2A\0\0\0\1", "only the server acknowledges"),
+    "tls on plaintext port": (bytes.fromhex("16030100c8010000c40303") + b"\0" * 200, "TLS handshake (first byte 0x16)"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUT))
+async def test_bad_input_closes_only_that_connection(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                     name: str) -> None:
+    bad, message = BAD_INPUT[name]
+    config = lumberjack_config(tmp_path / "data", max_decompressed_size=1 << 20, max_payload_size=8 << 20,
+                               max_window_size=100_000)
+    caplog.set_level(logging.WARNING, logger="logport.lumberjack")
+    async with running_hub(config) as hub:
+        port = hub.config.lumberjack.port
+        good_reader, good_writer = await connect(port)
+        good_writer.write(window(range(1, 3)))
+        await read_acks_until(good_reader, 2)
+
+        bad_reader, bad_writer = await connect(port)
+        bad_writer.write(bad)
+        assert await closed_by_server(bad_reader)
+        bad_writer.close()
+        assert any(message in r.getMessage() and "127.0.0.1:" in r.getMessage() for r in caplog.records), \
+            [r.getMessage() for r in caplog.records]
+
+        good_writer.write(window(range(1, 4)))
+        await read_acks_until(good_reader, 3)
+        good_writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 5)) == 5
+
+
+async def test_limit_log_line_names_peer_limit_and_value(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="logport.lumberjack")
+    async with running_hub(lumberjack_config(tmp_path / "data", max_payload_size=1000)) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(b"2J\0\0\0\1\0\0\x03\xe9")
+        assert await closed_by_server(reader)
+        (record,) = [r for r in caplog.records if "closing connection" in r.getMessage()]
+        assert record.limit == "max_payload_size" and record.value == 1001  # type: ignore[attr-defined]
+        assert record.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+        assert "J frame of 1001 bytes from 127.0.0.1:" in record.getMessage()
+
+
+async def test_idle_connection_is_closed(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data", idle_timeout=0.3)) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(window(range(1, 2)))
+        await read_acks_until(reader, 1)
+        started = asyncio.get_running_loop().time()
+        assert await closed_by_server(reader)
+        assert asyncio.get_running_loop().time() - started >= 0.25
+
+
+async def test_connection_limit(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data", max_connections=1)) as hub:
+        port = hub.config.lumberjack.port
+        r1, w1 = await connect(port)
+        w1.write(window(range(1, 2)))
+        await read_acks_until(r1, 1)
+        r2, w2 = await connect(port)
+        assert await closed_by_server(r2)
+        w1.write(window(range(1, 2)))
+        await read_acks_until(r1, 1)
+        w1.close()
+        await asyncio.sleep(0.1)
+        r3, w3 = await connect(port)
+        w3.write(window(range(1, 2)))
+        await read_acks_until(r3, 1)
+        w3.close()
+
+
+async def test_tls_listener(tmp_path: Path) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    config = lumberjack_config(tmp_path / "data", tls=TLSConfig(cert=str(cert), key=str(key)))
+    async with running_hub(config) as hub:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        reader, writer = await connect(hub.config.lumberjack.port, ctx)
+        writer.write(b"".join(CLIENT_BYTES))
+        await read_acks_until(reader, 3)
+        writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 3)) == 3
+
+
+async def test_back_pressure_pauses_reading_while_the_store_is_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        store = hub.runtime.store
+        gate = asyncio.Event()
+        real_append = store.append
+
+        async def gated_append(*args, **kwargs):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await real_append(*args, **kwargs)
+
+        monkeypatch.setattr(store, "append", gated_append)
+        reader, writer = await connect(hub.config.lumberjack.port)
+        for _ in range(10):
+            writer.write(window(range(1, 3)))
+        await asyncio.sleep(0.2)
+        (conn,) = hub.services["lumberjack"].connections  # type: ignore[attr-defined]
+        assert conn.paused and not conn.transport.is_reading()
+        gate.set()
+        for _ in range(10):
+            await read_acks_until(reader, 2)
+        assert not conn.paused
+        writer.close()
+        assert len(await wait_for_records(store, "lumberjack", 20)) == 20
