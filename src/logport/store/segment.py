@@ -71,19 +71,23 @@ class SegmentInfo:
         return self.end_offset - self.start_offset
 
 
-class _Pending:
-    __slots__ = ("framed", "writer", "future", "size", "multi")
+Buffer = bytes | bytearray | memoryview
 
-    def __init__(self, framed: bytes, writer: WriterCondition | None, future: asyncio.Future[AppendResult],
+
+class _Pending:
+    __slots__ = ("parts", "writer", "future", "size", "multi")
+
+    def __init__(self, parts: list[Buffer], writer: WriterCondition | None, future: asyncio.Future[AppendResult],
                  multi: bool) -> None:
-        self.framed = framed
+        self.parts = parts  # whole frames, as buffers handed to pwritev without joining them
         self.writer = writer
         self.future = future
-        self.size = len(framed)
+        self.size = sum(len(p) for p in parts)
         self.multi = multi  # several frames: needs a record that makes it all-or-nothing
 
 
 OnCommit = Callable[[str, int, int], None]  # (segment, appends, bytes)
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
 
 
 class Segment:
@@ -171,7 +175,8 @@ class Segment:
 
     # --- appends ---
 
-    async def append(self, framed: bytes, writer: WriterCondition | None, multi: bool = True) -> AppendResult:
+    async def append(self, parts: list[Buffer], writer: WriterCondition | None, multi: bool = True) -> AppendResult:
+        """Append whole frames given as buffers; returns once durable per the fsync policy."""
         if self._closing:
             raise StoreClosed(f"store is closing; append to {self.name!r} refused")
         if self.state.sealed or self._sealing:
@@ -182,8 +187,9 @@ class Segment:
             if self._closing:
                 raise StoreClosed(f"store is closing; append to {self.name!r} refused")
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(framed, writer, future, multi))
-        self.pending_bytes += len(framed)
+        pending = _Pending(parts, writer, future, multi)
+        self._queue.append(pending)
+        self.pending_bytes += pending.size
         self._wake.set()
         return await future
 
@@ -245,7 +251,7 @@ class Segment:
         start_base, start_pos = self._base, self._write_pos
         created: list[int] = []
         offsets: list[int] = []
-        parts: list[bytes] = []
+        parts: list[Buffer] = []
         pos = self._write_pos
         writers = dict(self.writers)
         try:
@@ -267,7 +273,7 @@ class Segment:
                 if p.writer is not None:
                     writers[p.writer.key] = p.writer.end
                 offsets.append(pos + len(record))
-                parts.append(p.framed)
+                parts.extend(p.parts)
                 pos += n
             self._flush(parts, pos)
             if self.config.fsync == "always":
@@ -285,14 +291,24 @@ class Segment:
             return writers
         return dict(list(writers.items())[-limit:])
 
-    def _flush(self, parts: list[bytes], pos: int) -> None:
-        data = b"".join(parts)
-        view = memoryview(data)
+    def _flush(self, parts: list[Buffer], pos: int) -> None:
+        """pwritev the buffers at the write position (IOV_MAX at a time; short writes resumed)."""
         at = self._write_pos - self._base
-        while view:
-            written = os.pwrite(self._fd, view, at)
-            at += written
-            view = view[written:]
+        i = 0
+        while i < len(parts):
+            batch = parts[i : i + _IOV_MAX]
+            want = sum(len(b) for b in batch)
+            written = os.pwritev(self._fd, batch, at)
+            if written < want:  # short write (rare): finish this batch byte by byte
+                rest = memoryview(b"".join(batch))[written:]
+                at += written
+                while rest:
+                    n = os.pwrite(self._fd, rest, at)
+                    at += n
+                    rest = rest[n:]
+            else:
+                at += written
+            i += _IOV_MAX
         self._write_pos = pos
 
     def _sync_active(self) -> None:

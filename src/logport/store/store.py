@@ -121,7 +121,10 @@ class SegmentStore:
 
     async def append(self, name: str, bodies: Sequence[bytes | memoryview], *,
                      writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
-        """Append events (one frame each) atomically; returns once durable per the fsync policy."""
+        """Append events (one frame each) atomically; returns once durable per the fsync policy.
+
+        The bodies are written as they are (no copy): they must not change until this returns.
+        """
         limit = self.config.max_frame_size
         for body in bodies:
             if len(body) > limit:
@@ -129,7 +132,12 @@ class SegmentStore:
                     f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
                 )
         segment = await self._get_or_create(name) if create else self.segment(name)
-        return await segment.append(frames.frame_events(bodies), writer, multi=len(bodies) > 1)
+        parts: list[bytes | memoryview] = []
+        pack = frames.HEADER.pack
+        for body in bodies:
+            parts.append(pack(frames.EVENT, len(body)))
+            parts.append(body)
+        return await segment.append(parts, writer, multi=len(bodies) > 1)
 
     async def append_framed(self, name: str, framed: bytes, *, writer: WriterCondition | None = None,
                             create: bool = True) -> AppendResult:
@@ -139,7 +147,7 @@ class SegmentStore:
         Like every append it is all-or-nothing across a crash.
         """
         segment = await self._get_or_create(name) if create else self.segment(name)
-        return await segment.append(framed, writer)
+        return await segment.append([framed], writer)
 
     def writer_offset(self, name: str, key: bytes) -> int:
         """The stored offset of a writer (0 for one never seen)."""
