@@ -178,7 +178,7 @@ def scan_entries(data: bytes) -> tuple[bytes, int, int]:
             else:
                 invalid += 1
             pos = end
-    except (msgpack.OutOfData, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+    except (msgpack.OutOfData, ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         invalid += 1
     if not invalid:
         return data, valid, 0
@@ -296,6 +296,7 @@ class ServerConnection:
         self._unpacker = _unpacker(chunk_size_limit)
         self._pending = 0  # bytes fed to the unpacker and not yet consumed
         self._json: bool | None = None  # decided by the first byte of the connection
+        self._scan = (0, 0, False, False)  # JSON mode: (position, depth, in a string, after a backslash)
 
     # bytes in
 
@@ -349,28 +350,52 @@ class ServerConnection:
                 up.feed(piece)
                 self._pending += len(piece)
                 continue
-            except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+            except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
                 raise ForwardProtocolError(f"invalid msgpack: {e}") from None
             self._pending -= up.tell() - before
             return obj
 
     def _next_json(self) -> Any:
-        limit = self.chunk_size_limit
-        while self._buffer and self._buffer.peek_byte() in (0x20, 0x09, 0x0A, 0x0D):
-            self._buffer.skip(1)
-        if not self._buffer:
+        """One top-level JSON array or object: brackets are matched (outside strings) to find its end."""
+        buf = self._buffer
+        while buf and buf.peek_byte() in (0x20, 0x09, 0x0A, 0x0D):
+            buf.skip(1)
+            self._scan = (0, 0, False, False)
+        pos, depth, in_string, escaped = self._scan
+        raw, start, n = buf.raw, buf.start, len(buf)
+        end = -1
+        while pos < n:
+            c = raw[start + pos]
+            pos += 1
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif c == 0x5C:
+                    escaped = True
+                elif c == 0x22:
+                    in_string = False
+            elif c == 0x22:
+                in_string = True
+            elif c in (0x5B, 0x7B):
+                depth += 1
+            elif c in (0x5D, 0x7D):
+                depth -= 1
+                if depth <= 0:
+                    end = pos
+                    break
+            elif depth == 0:
+                raise ForwardProtocolError(f"JSON mode expects an array or object, got byte {c:#04x}")
+        if end < 0:
+            self._scan = (pos, depth, in_string, escaped)
+            if n > self.chunk_size_limit:
+                raise LimitExceeded("frame", n, "chunk_size_limit", self.chunk_size_limit)
             return NEED_DATA
-        text = bytes(self._buffer)
+        self._scan = (0, 0, False, False)
+        text = buf.extract(end)
         try:
-            obj, end = json.JSONDecoder().raw_decode(text.decode("utf-8", _UNICODE))
-        except json.JSONDecodeError as e:
-            if len(text) > limit:
-                raise LimitExceeded("frame", len(text), "chunk_size_limit", limit) from None
-            if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated"):
-                return NEED_DATA  # a prefix of a JSON value: wait for the rest
-            raise ForwardProtocolError(f"invalid JSON: {e.msg} at byte {e.pos}") from None
-        self._buffer.skip(len(text[:end].encode("utf-8", _UNICODE)) if not text.isascii() else end)
-        return obj
+            return json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ForwardProtocolError(f"invalid JSON: {e}") from None
 
     def _interpret(self, obj: Any) -> EventBatch | Heartbeat | Ping:
         if obj is None:
@@ -533,7 +558,7 @@ class ClientConnection:
             obj = self._unpacker.unpack()
         except msgpack.OutOfData:
             return NEED_DATA
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
             raise ForwardProtocolError(f"invalid msgpack from the server: {e}", peer=self.peer) from None
         if self.state is ClientState.WAIT_HELO:
             if not (isinstance(obj, list) and len(obj) == 2 and obj[0] == "HELO" and isinstance(obj[1], dict)):
