@@ -1,0 +1,265 @@
+"""Sans-IO lumberjack: bytes in, events out (tables), bytes out, and arbitrary bytes never misbehave."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.protocols._receivebuffer import NEED_DATA
+from logport.protocols.lumberjack import (
+    Ack,
+    Connection,
+    CountLimitExceeded,
+    Data,
+    Limits,
+    Role,
+    TLSOnPlaintextPort,
+    WindowSize,
+    compressed_frame,
+    encode_data_v1,
+    encode_json,
+    encode_window,
+    format_timestamp,
+    parse_timestamp,
+)
+from tests.conftest import VECTORS
+
+V1, V2 = 0x31, 0x32
+
+
+def events_of(data: bytes, role: Role = Role.SERVER, limits: Limits | None = None, chunk: int = 0) -> list:
+    conn = Connection(role, limits, peer="10.0.0.1:4000")
+    out = []
+    pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
+    for piece in pieces:
+        conn.receive_data(piece)
+        while (event := conn.next_event()) is not NEED_DATA:
+            out.append(event)
+    return out
+
+
+def u32(n: int) -> bytes:
+    return struct.pack(">I", n)
+
+
+J1 = encode_json(1, b'{"a":1}')
+D1 = b"1D" + u32(7) + u32(2) + u32(1) + b"k" + u32(1) + b"v" + u32(4) + b"host" + u32(2) + b"h1"
+
+DECODE_TABLE = [
+    ("window v2", b"2W" + u32(5), [WindowSize(V2, 5)]),
+    ("window v1", b"1W" + u32(0), [WindowSize(V1, 0)]),
+    ("json", J1, [Data(V2, 1, {"a": 1})]),
+    ("v1 data", D1, [Data(V1, 7, {"k": "v", "host": "h1"})]),
+    ("v1 data, no pairs", b"1D" + u32(3) + u32(0), [Data(V1, 3, {})]),
+    ("compressed", compressed_frame(V2, [J1, encode_json(2, b"{}")]), [Data(V2, 1, {"a": 1}), Data(V2, 2, {})]),
+    ("compressed level 0", compressed_frame(V2, J1, 0), [Data(V2, 1, {"a": 1})]),
+    ("nested compressed", compressed_frame(V2, compressed_frame(V2, J1)), [Data(V2, 1, {"a": 1})]),
+    ("window inside compressed", compressed_frame(V2, encode_window(V2, 1) + J1), [WindowSize(V2, 1), Data(V2, 1, {"a": 1})]),
+    ("empty compressed", compressed_frame(V2, b""), []),
+    ("utf-8 json", encode_json(9, '{"m":"€"}'.encode()), [Data(V2, 9, {"m": "€"})]),
+    ("incomplete", b"2J" + u32(1) + u32(10) + b"{}", []),
+]
+
+
+@pytest.mark.parametrize("data,expected", [(d, e) for _, d, e in DECODE_TABLE], ids=[n for n, _, _ in DECODE_TABLE])
+@pytest.mark.parametrize("chunk", [0, 1, 3], ids=["whole", "bytewise", "by3"])
+def test_decode_table(data: bytes, expected: list, chunk: int) -> None:
+    assert events_of(data, chunk=chunk) == expected
+
+
+ERROR_TABLE = [
+    ("tls first byte", bytes.fromhex("160301"), TLSOnPlaintextPort, "TLS handshake"),
+    ("bad version", b"3W" + u32(1), RemoteProtocolError, "version byte 0x33"),
+    ("bad type", b"2Z" + u32(1), RemoteProtocolError, "frame type 0x5a"),
+    ("ack from writer", b"2A" + u32(1), RemoteProtocolError, "only the server acknowledges"),
+    ("huge json", b"2J" + u32(1) + u32(2000), LimitExceeded, "J frame of 2000 bytes from 10.0.0.1:4000 exceeds max_payload_size 1000"),
+    ("huge compressed", b"2C" + u32(1001), LimitExceeded, "C frame of 1001 bytes"),
+    ("huge pair count", b"1D" + u32(1) + u32(1000), LimitExceeded, "D frame of 8000 bytes"),
+    ("huge key", b"1D" + u32(1) + u32(1) + u32(5000), LimitExceeded, "D frame of 5014 bytes"),
+    ("huge value", b"1D" + u32(1) + u32(1) + u32(1) + b"k" + u32(5000), LimitExceeded, "D frame of 5019 bytes"),
+    ("big window", b"2W" + u32(11), CountLimitExceeded, "window of 11 events from 10.0.0.1:4000 exceeds max_window_size 10"),
+    ("bomb", b"2C" + u32(len(zlib.compress(b"\0" * 100_000))) + zlib.compress(b"\0" * 100_000), LimitExceeded,
+     "decompressed C frame of 4097 bytes from 10.0.0.1:4000 exceeds max_decompressed_size 4096"),
+    ("nested bomb", compressed_frame(V2, compressed_frame(V2, b"2J" + b"\0" * 5000, 9)), LimitExceeded,
+     "max_decompressed_size 4096"),
+    ("truncated zlib", b"2C" + u32(10) + zlib.compress(J1 * 20)[:10], RemoteProtocolError, "truncated C frame"),
+    ("truncated inner", compressed_frame(V2, J1[:-2]), RemoteProtocolError, "truncated frame inside a C frame"),
+    ("garbage after zlib", b"2C" + u32(len(zlib.compress(J1)) + 3) + zlib.compress(J1) + b"xyz", RemoteProtocolError, "after its zlib stream"),
+    ("not zlib", b"2C" + u32(4) + b"abcd", RemoteProtocolError, "not valid zlib"),
+    ("bad json", encode_json(1, b"{"), RemoteProtocolError, "not valid JSON"),
+    ("json string", encode_json(1, b'"x"'), RemoteProtocolError, "JSON str, not an object"),
+    ("too deep", compressed_frame(V2, compressed_frame(V2, compressed_frame(V2, compressed_frame(V2, compressed_frame(V2, J1))))),
+     RemoteProtocolError, "nested more than 4 deep"),
+]
+
+
+@pytest.mark.parametrize("data,error,message", [(d, e, m) for _, d, e, m in ERROR_TABLE], ids=[n for n, *_ in ERROR_TABLE])
+def test_error_table(data: bytes, error: type[Exception], message: str) -> None:
+    limits = Limits(max_payload_size=1000, max_decompressed_size=4096, max_window_size=10)
+    with pytest.raises(error) as info:
+        events_of(data, limits=limits)
+    assert message in str(info.value)
+    assert info.value.peer == "10.0.0.1:4000"  # type: ignore[attr-defined]
+
+
+def test_events_before_an_error_come_out_first_and_the_error_sticks() -> None:
+    conn = Connection(Role.SERVER)
+    conn.receive_data(J1 + b"2Z")
+    assert conn.next_event() == Data(V2, 1, {"a": 1})
+    for _ in range(2):
+        with pytest.raises(RemoteProtocolError):
+            conn.next_event()
+    conn.receive_data(J1)  # ignored once broken
+    with pytest.raises(RemoteProtocolError):
+        conn.next_event()
+
+
+def test_tls_byte_only_matters_first() -> None:
+    conn = Connection(Role.SERVER)
+    conn.receive_data(b"2W" + u32(1))
+    assert conn.next_event() == WindowSize(V2, 1)
+    conn.receive_data(b"\x16\x03")
+    with pytest.raises(RemoteProtocolError) as info:
+        conn.next_event()
+    assert not isinstance(info.value, TLSOnPlaintextPort)
+
+
+def test_go_lumber_vector_decodes_to_its_recorded_inner_frames() -> None:
+    vector = json.loads((VECTORS / "go-lumber-client-v2-window.json").read_text())
+    stream = bytes.fromhex(vector["conversation"][0]["hex"])
+    events = events_of(stream)
+    inner = bytes.fromhex(vector["decompressed_inner_frames_hex"])
+    assert events[0] == WindowSize(V2, 3)
+    assert events[1:] == events_of(inner)
+    assert [e.seq for e in events[1:]] == [1, 2, 3]
+    # the client side reads the recorded replies: a keep-alive, then the ack
+    replies = b"".join(bytes.fromhex(c["hex"]) for c in vector["conversation"] if c["dir"] == "server->client")
+    assert events_of(replies, Role.CLIENT) == [Ack(V2, 0), Ack(V2, 3)]
+
+
+SEND_TABLE = [
+    (Role.SERVER, Ack(V2, 3), b"2A" + u32(3)),
+    (Role.SERVER, Ack(V1, 0), b"1A" + u32(0)),
+    (Role.CLIENT, WindowSize(V2, 2048), b"2W" + u32(2048)),
+    (Role.CLIENT, Data(V2, 1, {"a": 1}), J1),
+    (Role.CLIENT, Data(V1, 7, {"k": "v", "host": "h1"}), D1),
+]
+
+
+@pytest.mark.parametrize("role,event,expected", SEND_TABLE)
+def test_send_table(role: Role, event: object, expected: bytes) -> None:
+    assert Connection(role).send(event) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("role,event", [
+    (Role.CLIENT, Ack(V2, 1)),
+    (Role.SERVER, WindowSize(V2, 1)),
+    (Role.SERVER, Data(V2, 1, {})),
+    (Role.SERVER, Ack(0x33, 1)),
+    (Role.SERVER, Ack(V2, 1 << 32)),
+])
+def test_send_refuses(role: Role, event: object) -> None:
+    with pytest.raises(LocalProtocolError):
+        Connection(role).send(event)  # type: ignore[arg-type]
+
+
+def test_client_refuses_anything_but_acks() -> None:
+    with pytest.raises(RemoteProtocolError, match="only 'A'"):
+        events_of(b"2W" + u32(1), Role.CLIENT)
+
+
+def test_v1_values_that_are_not_strings_are_sent_as_json() -> None:
+    frame = encode_data_v1(1, {"n": 5, "s": "x", "d": {"a": [1]}})
+    assert events_of(frame) == [Data(V1, 1, {"n": "5", "s": "x", "d": '{"a":[1]}'})]
+
+
+TIMESTAMPS = [
+    ("2026-11-22T03:25:39.028135265Z", (1795317939, 28135265)),
+    ("2026-11-22T03:25:39Z", (1795317939, 0)),
+    ("2026-11-22T03:25:39.5Z", (1795317939, 500000000)),
+    ("2026-11-22T03:25:39.1234567891234Z", (1795317939, 123456789)),
+    ("2026-11-22T04:25:39.000000001+01:00", (1795317939, 1)),
+    ("2026-11-22T02:25:39-01:00", (1795317939, 0)),
+    ("2026-11-22 03:25:39.028Z", (1795317939, 28000000)),
+    ("2026-11-22T03:25:39", None),
+    ("2026-13-22T03:25:39Z", None),
+    ("yesterday", None),
+    ("2026-11-22T03:25:39.Z", None),
+    (1795317939, None),
+    (None, None),
+]
+
+
+@pytest.mark.parametrize("value,expected", TIMESTAMPS)
+def test_parse_timestamp(value: object, expected: tuple[int, int] | None) -> None:
+    assert parse_timestamp(value) == expected
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 999_999_999))
+def test_timestamp_round_trip(seconds: int, nanos: int) -> None:
+    assert parse_timestamp(format_timestamp(seconds, nanos)) == (seconds, nanos)
+
+
+# --- property tests ---
+
+SMALL = Limits(max_payload_size=4096, max_decompressed_size=16384, max_window_size=1000)
+
+
+def _consume(role: Role, data: bytes, splits: list[int]) -> None:
+    conn = Connection(role, SMALL)
+    pos = 0
+    try:
+        for n in [*splits, len(data)]:
+            conn.receive_data(data[pos : pos + n])
+            pos += n
+            steps = 0
+            while conn.next_event() is not NEED_DATA:
+                steps += 1
+                assert steps < 100_000
+    except RemoteProtocolError:
+        pass
+
+
+@given(st.binary(max_size=2048), st.lists(st.integers(1, 64), max_size=8))
+def test_arbitrary_bytes_raise_only_protocol_errors_server(data: bytes, splits: list[int]) -> None:
+    _consume(Role.SERVER, data, splits)
+
+
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_raise_only_protocol_errors_client(data: bytes) -> None:
+    _consume(Role.CLIENT, data, [])
+
+
+frame_strategy = st.one_of(
+    st.builds(lambda n: encode_window(V2, n), st.integers(0, 5000)),
+    st.builds(lambda s, d: encode_json(s, orjson.dumps(d)), st.integers(0, 2**32 - 1),
+              st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-10, 10), st.text(max_size=8)), max_size=4)),
+    st.builds(lambda s, d: encode_data_v1(s, d), st.integers(0, 2**32 - 1),
+              st.dictionaries(st.text(max_size=5), st.text(max_size=8), max_size=4)),
+)
+
+
+@given(st.lists(frame_strategy, max_size=8), st.data())
+def test_valid_streams_with_mutations_never_misbehave(frames: list[bytes], data: st.DataObject) -> None:
+    stream = bytearray(b"".join(frames))
+    if data.draw(st.booleans()):
+        stream = bytearray(compressed_frame(V2, bytes(stream)))
+    for _ in range(data.draw(st.integers(0, 3))):
+        if stream:
+            i = data.draw(st.integers(0, len(stream) - 1))
+            stream[i] = data.draw(st.integers(0, 255))
+    _consume(Role.SERVER, bytes(stream), data.draw(st.lists(st.integers(1, 32), max_size=5)))
+
+
+@given(st.lists(frame_strategy, min_size=1, max_size=8))
+def test_valid_streams_decode_the_same_compressed_or_not(frames: list[bytes]) -> None:
+    plain = b"".join(frames)
+    limits = Limits(max_window_size=10_000)
+    assert events_of(plain, limits=limits) == events_of(compressed_frame(V2, plain), limits=limits)
