@@ -314,3 +314,48 @@ async def test_directory_reader_matches_the_store(tmp_path: Path) -> None:
     assert [(o, bytes(b)) for o, b in reader.iter_events("s")] == expected
     assert reader.describe("s")["events"] == 40
     await store.close()
+
+
+# --- fsync policies and write failures ---
+
+
+async def test_fsync_interval_acknowledges_after_write_and_syncs_later(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), fsync="interval", fsync_interval=0.05))
+    await store.append("s", [b"x"])
+    assert store.metrics.fsyncs._value.get() == 0
+    await asyncio.sleep(0.2)
+    assert store.metrics.fsyncs._value.get() >= 1
+    await store.close()
+
+
+async def test_fsync_never_leaves_it_to_the_os(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), fsync="never"))
+    for _ in range(10):
+        await store.append("s", [b"x"])
+    assert store.metrics.fsyncs._value.get() == 0
+    await store.close()
+
+
+async def test_a_failed_write_acknowledges_nothing_and_the_store_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.errors import StoreWriteFailed
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.append("s", [b"before"])
+    real_pwritev = os.pwritev
+
+    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+        real_pwritev(fd, [b"\xff" * 3], offset)  # a partial write lands before the error
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", disk_full)
+    with pytest.raises(StoreWriteFailed, match="No space left on device"):
+        await store.append("s", [b"lost"], writer=WriterCondition(b"w", end=5))
+    assert store.writer_offset("s", b"w") == 0
+    monkeypatch.setattr(os, "pwritev", real_pwritev)
+    after = await store.append("s", [b"after"])
+    assert after.offset == 14  # the failed bytes were cut, not left in the middle
+    assert [b for _, b in await read_all(store, "s")] == [b"before", b"after"]
+    await store.close()
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    assert [b for _, b in await read_all(store, "s")] == [b"before", b"after"]
+    await store.close()
