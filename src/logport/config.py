@@ -108,6 +108,16 @@ class SegmentServerConfig:
     bind: str = "127.0.0.1"
     port: int = 12345
     tls: TLSConfig = field(default_factory=TLSConfig)
+    token: str = ""  # when set, a connection must send Authenticate with it first
+    auto_create: bool = True  # SetupAppend creates a missing segment
+    max_message_size: int = 16 * MiB - 1  # any one message (Pravega's cap)
+    max_event_size: int = 8 * MiB  # one Event body
+    max_block_size: int = 16 * MiB  # the data of one append block
+    read_reply_max: int = 2 * MiB  # data in one SegmentRead reply
+    read_wait: float = 60.0  # a ReadSegment at the tail without wait_ms waits this long
+    keepalive_interval: float = 10.0  # KeepAlive to a reader waiting at the tail
+    max_pending_bytes: int = 32 * MiB  # appended, unacknowledged bytes per connection before reading pauses
+    idle_timeout: float = 0.0  # close a connection silent this long; 0 = never
 
 
 @dataclass
@@ -308,6 +318,18 @@ def validate(config: Config) -> None:
         _check_port(f"outputs.forward[{i}].port", out.port)
         _check_positive(f"outputs.forward[{i}].ack_timeout", out.ack_timeout)
         _check_positive(f"outputs.forward[{i}].max_batch_bytes", out.max_batch_bytes)
+    g = config.segment
+    for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
+                "max_pending_bytes"):
+        _check_positive(f"segment.{key}", getattr(g, key))
+    _check_positive("segment.read_wait", g.read_wait, zero_ok=True)
+    _check_positive("segment.idle_timeout", g.idle_timeout, zero_ok=True)
+    if g.max_message_size > 16 * MiB - 1:
+        raise ConfigError(f"config key 'segment.max_message_size' has value {g.max_message_size}; "
+                          f"the protocol allows at most {16 * MiB - 1}")
+    if g.max_event_size + 8 > g.max_message_size:
+        raise ConfigError(f"config key 'segment.max_event_size' has value {g.max_event_size}; "
+                          f"an Event message must fit segment.max_message_size {g.max_message_size}")
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
     for i, route in enumerate(config.routes):

@@ -1,0 +1,703 @@
+"""Segment-protocol clients: an exactly-once asyncio appender, an asyncio tail reader,
+a blocking reader (the Spark source's `server` option), and `logport cat --server` / `logport send segment`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import socket
+import ssl as ssl_module
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import IO, Any
+
+from logport import errors
+from logport.batch import BatchDecodeError, Entry, decode_batch
+from logport.eventjson import write_events
+from logport.protocols import segment as sp
+from logport.store import frames
+
+DEFAULT_PORT = 12345
+READ_SIZE = 1024 * 1024
+
+
+class SegmentRequestFailed(errors.LogportError):
+    """The server answered a request with an error reply."""
+
+    def __init__(self, reply: sp.Message) -> None:
+        super().__init__(f"segment server refused: {reply}")
+        self.reply = reply
+
+
+class AcknowledgedDataLost(errors.LogportError):
+    """The server's ack level went backwards: data it had acknowledged is gone (fsync off, disk lost)."""
+
+
+def reply_error(reply: sp.Message) -> errors.LogportError:
+    """The exception an error reply stands for (store errors where one matches)."""
+    if isinstance(reply, sp.NoSuchSegment):
+        return errors.NoSuchSegment(reply.segment)
+    if isinstance(reply, sp.SegmentIsSealed):
+        return errors.SegmentSealed(reply.segment)
+    if isinstance(reply, sp.SegmentIsTruncated):
+        return errors.OffsetTruncated(reply.segment, -1, reply.start_offset)
+    if isinstance(reply, sp.InvalidSegmentName):
+        return errors.InvalidSegmentName(reply.segment, reply.reason)
+    if isinstance(reply, sp.AuthenticationFailed):
+        return errors.AuthenticationError(f"segment server: {reply.message}")
+    return SegmentRequestFailed(reply)
+
+
+def parse_server(server: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    host, sep, port = server.rpartition(":")
+    if not sep:
+        return server, default_port
+    if not port.isdigit():
+        raise errors.ConfigError(f"server {server!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+# --- a blocking client (plain sockets): the Spark data source reads a hub with it ---
+
+
+class BlockingSegmentClient:
+    """One socket, one request at a time. Not thread-safe: one per thread."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0, *, token: str = "",
+                 ssl: ssl_module.SSLContext | None = None, read_size: int = 4 * READ_SIZE) -> None:
+        self.timeout = timeout
+        self.read_size = read_size
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock: socket.socket = ssl.wrap_socket(sock, server_hostname=host) if ssl is not None else sock
+        self.conn = sp.Connection(sp.Role.CLIENT)
+        if token:
+            reply = self._request(sp.Authenticate(token))
+            if not isinstance(reply, sp.Authenticated):
+                raise errors.AuthenticationError(f"segment server refused the token: {reply}")
+
+    def _send(self, message: sp.Message) -> None:
+        self.sock.sendall(self.conn.send(message))
+
+    def _receive(self) -> sp.Message:
+        while True:
+            event = self.conn.next_event()
+            if event is sp.NEED_DATA:
+                data = self.sock.recv(1 << 20)
+                self.conn.receive_data(data)
+                if not data:
+                    self.conn.next_event()  # raises if closed mid-message
+                    raise ConnectionError("segment server closed the connection")
+                continue
+            if isinstance(event, sp.KeepAlive):
+                continue
+            assert isinstance(event, sp.Message)
+            if isinstance(event, sp.ERROR_REPLIES):
+                raise reply_error(event)
+            return event
+
+    def _request(self, message: sp.Message) -> sp.Message:
+        self._send(message)
+        return self._receive()
+
+    def list_segments(self) -> list[str]:
+        reply = self._request(sp.ListSegments())
+        assert isinstance(reply, sp.SegmentList), reply
+        return list(reply.segments)
+
+    def info(self, name: str) -> tuple[int, int, bool]:
+        """(start offset, end offset, sealed)."""
+        reply = self._request(sp.GetSegmentInfo(name))
+        assert isinstance(reply, sp.SegmentInfoReply), reply
+        return reply.start_offset, reply.end_offset, reply.sealed
+
+    def read(self, name: str, offset: int, length: int, wait_ms: int = 0) -> tuple[bytes, bool, bool]:
+        """Raw bytes from `offset` (up to `length`): (data, at tail, end of segment)."""
+        self._send(sp.ReadSegment(name, offset, length, wait_ms))
+        parts: list[bytes] = []
+        got = 0
+        while True:
+            reply = self._receive()
+            if not isinstance(reply, sp.SegmentRead) or reply.segment != name or reply.offset != offset + got:
+                raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {reply!r:.200}")
+            parts.append(reply.data)
+            got += len(reply.data)
+            if got >= length or reply.at_tail:
+                return b"".join(parts), reply.at_tail, reply.end_of_segment
+
+    def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, memoryview]]:
+        """(offset, type, body) of each whole frame in [start, end); `start` on a frame boundary."""
+        leftover = b""
+        pos = start  # offset of leftover[0]
+        while pos + len(leftover) < end:
+            read_at = pos + len(leftover)
+            data, at_tail, _ = self.read(name, read_at, min(self.read_size, end - read_at))
+            if not data:
+                return
+            data = leftover + data if leftover else data
+            consumed = 0
+            for offset, frame_type, body in frames.iter_frames(data, pos):
+                consumed = offset - pos + frames.HEADER_SIZE + len(body)
+                yield offset, frame_type, body
+            leftover = data[consumed:]
+            pos += consumed
+            if at_tail and pos + len(leftover) < end:
+                return
+
+    def create(self, name: str) -> bool:
+        reply = self._request(sp.CreateSegment(name))
+        assert isinstance(reply, sp.SegmentCreated), reply
+        return reply.created
+
+    def seal(self, name: str) -> int:
+        reply = self._request(sp.SealSegment(name))
+        assert isinstance(reply, sp.SegmentSealed), reply
+        return reply.end_offset
+
+    def truncate(self, name: str, offset: int) -> int:
+        reply = self._request(sp.TruncateSegment(name, offset))
+        assert isinstance(reply, sp.SegmentTruncated), reply
+        return reply.start_offset
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> BlockingSegmentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- asyncio plumbing shared by the appender and the reader ---
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """Feeds a sans-IO client connection; hands each reply to `on_message`."""
+
+    def __init__(self, on_message: Any, on_lost: Any) -> None:
+        self.conn = sp.Connection(sp.Role.CLIENT)
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.closed = False
+        self.last_received = time.monotonic()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = time.monotonic()
+        self.conn.receive_data(data)
+        try:
+            while True:
+                event = self.conn.next_event()
+                if event is sp.NEED_DATA:
+                    return
+                self.on_message(event)
+        except errors.RemoteProtocolError as e:
+            self.on_lost(e)
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.can_write.set()
+        self.on_lost(exc or ConnectionError("segment server closed the connection"))
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self.transport is None or self.closed:
+            raise ConnectionError("not connected")
+        self.transport.write(data)
+
+    def send(self, message: sp.Message) -> None:
+        self.write(self.conn.send(message))
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+async def _connect(host: str, port: int, on_message: Any, on_lost: Any, *, ssl: ssl_module.SSLContext | None,
+                   timeout: float) -> _ClientProtocol:
+    loop = asyncio.get_running_loop()
+    _, protocol = await asyncio.wait_for(
+        loop.create_connection(lambda: _ClientProtocol(on_message, on_lost), host, port, ssl=ssl), timeout
+    )
+    return protocol
+
+
+# --- the appender ---
+
+
+class SegmentAppender:
+    """Appends events to one segment exactly once, across reconnects and server restarts.
+
+    Events are kept until the server acknowledges them (DataAppended: durable).
+    After a reconnect the server's ack level for the connection id says where to
+    resume; everything after it is sent again, and the server stores none of it twice.
+    """
+
+    def __init__(self, host: str, port: int, segment: str, *, connection_id: uuid.UUID | None = None,
+                 ssl: ssl_module.SSLContext | None = None, token: str = "", block_size: int = 1024 * 1024,
+                 linger: float = 0.001, max_unacked_bytes: int = 64 * 1024 * 1024,
+                 connect_timeout: float = 10.0, reconnect_delay: float = 0.05, max_reconnect_delay: float = 2.0,
+                 retry_for: float = 300.0) -> None:
+        self.host, self.port, self.segment = host, port, segment
+        self.connection_id = connection_id or uuid.uuid4()
+        self.ssl, self.token = ssl, token
+        self.block_size = block_size
+        self.linger = linger
+        self.max_unacked_bytes = max_unacked_bytes
+        self.connect_timeout = connect_timeout
+        self.reconnect_delay, self.max_reconnect_delay = reconnect_delay, max_reconnect_delay
+        self.retry_for = retry_for  # give up after failing to connect for this long
+        self.ack_level: int | None = None  # the server's, once known
+        self.reconnects = 0
+        self._events: collections.deque[bytes] = collections.deque()  # unacknowledged Event messages
+        self._unacked_bytes = 0
+        self._sent = 0  # how many of _events went out on the current connection
+        self._sent_offset = 0  # connection offset up to which this connection sent
+        self._wake = asyncio.Event()  # more to send
+        self._acked = asyncio.Event()  # the ack level moved (or the connection state changed)
+        self._protocol: _ClientProtocol | None = None
+        self._setup: asyncio.Future[sp.Message] | None = None
+        self._lost: asyncio.Future[BaseException] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._closing = False
+
+    async def start(self) -> SegmentAppender:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    async def __aenter__(self) -> SegmentAppender:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def next_offset(self) -> int | None:
+        """Connection offset after the last appended event (None before the first setup)."""
+        return None if self.ack_level is None else self.ack_level + self._unacked_bytes
+
+    async def append(self, body: bytes) -> None:
+        """Queue one event; waits while too much is unacknowledged (back-pressure)."""
+        await self.append_many((body,))
+
+    async def append_many(self, bodies: list[bytes] | tuple[bytes, ...]) -> None:
+        while self._unacked_bytes >= self.max_unacked_bytes:
+            self._check()
+            self._acked.clear()
+            await self._acked.wait()
+        self._check()
+        pack = frames.HEADER.pack
+        for body in bodies:
+            message = pack(0, len(body)) + body
+            self._events.append(message)
+            self._unacked_bytes += len(message)
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until everything appended so far is durable on the server."""
+        while self._events:
+            self._check()
+            self._acked.clear()
+            await self._acked.wait()
+        self._check()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._task is None:
+            raise errors.LocalProtocolError("SegmentAppender used before start()")
+
+    def abort_connection(self) -> None:
+        """Cut the current connection (tests: a network failure at a random moment)."""
+        if self._protocol is not None:
+            self._protocol.abort()
+
+    async def close(self, *, flush: bool = True) -> None:
+        try:
+            if flush and self._error is None and self._task is not None:
+                await self.flush()
+        finally:
+            self._closing = True
+            self._wake.set()
+            if self._task is not None:
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+            if self._protocol is not None:
+                self._protocol.abort()
+
+    # -- the connection loop --
+
+    async def _run(self) -> None:
+        delay = self.reconnect_delay
+        failing_since: float | None = None
+        while not self._closing:
+            try:
+                await self._session()
+                failing_since = None
+                delay = self.reconnect_delay
+            except errors.AuthenticationError as e:
+                self._fail(e)
+                return
+            except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError, SegmentRequestFailed) as e:
+                # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since > self.retry_for:
+                    self._fail(ConnectionError(f"segment server unreachable for {self.retry_for:.0f}s: {e}"))
+                    return
+            except errors.LogportError as e:  # an error reply no retry can fix
+                self._fail(e)
+                return
+            finally:
+                if self._protocol is not None:
+                    self._protocol.abort()
+                    self._protocol = None
+            if self._closing:
+                return
+            self.reconnects += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.max_reconnect_delay)
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._acked.set()
+
+    async def _session(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._lost = loop.create_future()
+        self._setup = loop.create_future()
+        protocol = await _connect(self.host, self.port, self._on_message, self._on_lost, ssl=self.ssl,
+                                  timeout=self.connect_timeout)
+        self._protocol = protocol
+        if self.token:
+            protocol.send(sp.Authenticate(self.token))
+        protocol.send(sp.SetupAppend(self.connection_id, self.segment))
+        done, _ = await asyncio.wait({self._setup, self._lost}, timeout=self.connect_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if self._lost.done():
+            raise self._lost.result()
+        if not done:
+            raise TimeoutError("no AppendSetup from the segment server")
+        reply = self._setup.result()
+        if isinstance(reply, sp.ERROR_REPLIES):
+            raise reply_error(reply)
+        assert isinstance(reply, sp.AppendSetup)
+        self._resume_from(reply.ack_level)
+        self._sent = 0
+        self._sent_offset = reply.ack_level
+        lost = self._lost
+        while not lost.done():
+            if self._sent == len(self._events):
+                self._wake.clear()
+                waiter = loop.create_task(self._wake.wait())
+                await asyncio.wait({waiter, lost}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            if self.linger > 0 and self._unsent_bytes() < self.block_size:
+                await asyncio.sleep(self.linger)  # let a fuller block gather
+                if lost.done():
+                    break
+            if not protocol.can_write.is_set():
+                waiter = loop.create_task(protocol.can_write.wait())
+                await asyncio.wait({waiter, lost}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            self._send_block(protocol)
+        raise lost.result()
+
+    def _unsent_bytes(self) -> int:
+        assert self.ack_level is not None
+        return self.ack_level + self._unacked_bytes - self._sent_offset
+
+    def _send_block(self, protocol: _ClientProtocol) -> None:
+        parts: list[bytes] = []
+        size = 0
+        i = self._sent
+        events = self._events
+        while i < len(events) and (not parts or size + len(events[i]) <= self.block_size):
+            parts.append(events[i])
+            size += len(events[i])
+            i += 1
+        start = self._sent_offset
+        protocol.write(sp.encode(sp.BeginAppendBlock(self.connection_id, start, size)))
+        protocol.write(b"".join(parts))
+        protocol.write(sp.encode(sp.EndAppendBlock(self.connection_id, start + size, size)))
+        self._sent = i
+        self._sent_offset = start + size
+
+    def _resume_from(self, level: int) -> None:
+        if self.ack_level is None:
+            self.ack_level = level
+            return
+        self._drop_acked(level)
+        if level < self.ack_level:
+            raise AcknowledgedDataLost(
+                f"segment server's ack level {level} for connection {self.connection_id} is below the"
+                f" {self.ack_level} it acknowledged before: acknowledged data was lost"
+            )
+
+    def _drop_acked(self, level: int) -> None:
+        assert self.ack_level is not None
+        events = self._events
+        acked = self.ack_level
+        dropped = 0
+        while events and acked + len(events[0]) <= level:
+            acked += len(events.popleft())
+            dropped += 1
+        if acked != level and level > acked:
+            raise errors.RemoteProtocolError(
+                f"segment server acknowledged offset {level}, which is not an event boundary (at {acked})"
+            )
+        if dropped:
+            self._unacked_bytes -= acked - self.ack_level
+            self._sent = max(0, self._sent - dropped)
+            self.ack_level = acked
+            self._acked.set()
+
+    def _on_message(self, message: sp.Message) -> None:
+        if isinstance(message, sp.DataAppended):
+            if message.connection_id == self.connection_id and self.ack_level is not None:
+                self._drop_acked(message.ack_level)
+        elif isinstance(message, sp.AppendSetup | sp.NoSuchSegment | sp.SegmentIsSealed | sp.InvalidSegmentName
+                        | sp.OperationFailed | sp.AuthenticationFailed):
+            if self._setup is not None and not self._setup.done():
+                self._setup.set_result(message)
+            elif isinstance(message, sp.ERROR_REPLIES):
+                self._lose(reply_error(message))
+        elif isinstance(message, sp.WrongConnectionOffset):
+            # the server refused a block: set up again and resume from its ack level
+            self._lose(ConnectionError(f"server refused a block: {message}"))
+        elif isinstance(message, sp.ProtocolViolation | sp.MessageTooLarge):
+            self._lose(errors.LocalProtocolError(f"segment server: {message}"))
+
+    def _lose(self, error: BaseException) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(error)
+        if self._protocol is not None:
+            self._protocol.abort()
+
+    def _on_lost(self, exc: BaseException) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
+
+
+# --- the asyncio reader ---
+
+
+class SegmentReader:
+    """Reads a segment over the protocol: raw ranges, Event frames, and the entries of stored batches."""
+
+    def __init__(self, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None, token: str = "",
+                 read_size: int = READ_SIZE, timeout: float = 90.0, connect_timeout: float = 10.0) -> None:
+        self.host, self.port = host, port
+        self.ssl, self.token = ssl, token
+        self.read_size = read_size
+        self.timeout = timeout  # with nothing at all received (keep-alives count) for this long, give up
+        self.connect_timeout = connect_timeout
+        self._protocol: _ClientProtocol | None = None
+        self._replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
+
+    async def connect(self) -> SegmentReader:
+        self._replies = asyncio.Queue()
+        self._protocol = await _connect(self.host, self.port, self._replies.put_nowait, self._lost, ssl=self.ssl,
+                                        timeout=self.connect_timeout)
+        if self.token:
+            reply = await self._request(sp.Authenticate(self.token))
+            if not isinstance(reply, sp.Authenticated):
+                raise errors.AuthenticationError(f"segment server refused the token: {reply}")
+        return self
+
+    async def __aenter__(self) -> SegmentReader:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _lost(self, exc: BaseException) -> None:
+        self._replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
+
+    async def _receive(self) -> sp.Message:
+        while True:
+            try:
+                item = await asyncio.wait_for(self._replies.get(), self.timeout)
+            except TimeoutError:
+                raise TimeoutError(f"nothing from the segment server for {self.timeout}s") from None
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, sp.KeepAlive):
+                continue
+            if isinstance(item, sp.ERROR_REPLIES):
+                raise reply_error(item)
+            return item
+
+    async def _request(self, message: sp.Message) -> sp.Message:
+        if self._protocol is None:
+            await self.connect()
+        assert self._protocol is not None
+        self._protocol.send(message)
+        return await self._receive()
+
+    async def info(self, segment: str) -> tuple[int, int, bool]:
+        reply = await self._request(sp.GetSegmentInfo(segment))
+        assert isinstance(reply, sp.SegmentInfoReply), reply
+        return reply.start_offset, reply.end_offset, reply.sealed
+
+    async def list_segments(self) -> list[str]:
+        reply = await self._request(sp.ListSegments())
+        assert isinstance(reply, sp.SegmentList), reply
+        return list(reply.segments)
+
+    async def read(self, segment: str, offset: int, length: int, *, wait: float | None = 0.0) -> sp.SegmentRead:
+        """Raw bytes from `offset`; `wait` seconds at the tail (None: the server's default)."""
+        wait_ms = None if wait is None else int(wait * 1000)
+        first = await self._request(sp.ReadSegment(segment, offset, length, wait_ms))
+        parts = []
+        reply = first
+        got = 0
+        while True:
+            if not isinstance(reply, sp.SegmentRead) or reply.offset != offset + got:
+                raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {reply!r:.200}")
+            parts.append(reply.data)
+            got += len(reply.data)
+            if got >= length or reply.at_tail:
+                break
+            reply = await self._receive()
+        if len(parts) == 1:
+            return reply
+        return sp.SegmentRead(segment, offset, reply.flags, b"".join(parts))
+
+    async def frames(self, segment: str, offset: int | None = None, *, follow: bool = False,
+                     wait: float = 30.0) -> AsyncIterator[tuple[int, int, memoryview]]:
+        """(offset, type, body) of each whole frame from `offset`; with `follow`, wait for more at the tail."""
+        start, end, sealed = await self.info(segment)
+        pos = start if offset is None else offset
+        leftover = b""
+        while True:
+            if not follow and (pos + len(leftover) >= end):
+                return
+            read_at = pos + len(leftover)
+            length = self.read_size if follow else min(self.read_size, end - read_at)
+            try:
+                reply = await self.read(segment, read_at, length, wait=wait if follow else 0.0)
+            except (ConnectionError, TimeoutError):
+                if not follow:
+                    raise
+                await self._reconnect()
+                leftover = b""  # read again from the last whole frame
+                continue
+            data = leftover + reply.data if leftover else reply.data
+            consumed = 0
+            for frame_offset, frame_type, body in frames.iter_frames(data, pos):
+                consumed = frame_offset - pos + frames.HEADER_SIZE + len(body)
+                yield frame_offset, frame_type, body
+            leftover = data[consumed:]
+            pos += consumed
+            if reply.end_of_segment:
+                return
+
+    async def _reconnect(self) -> None:
+        await self.close()
+        while True:
+            try:
+                await self.connect()
+                return
+            except (ConnectionError, OSError, TimeoutError):
+                await asyncio.sleep(0.2)
+
+    async def events(self, segment: str, offset: int | None = None, *, follow: bool = False,
+                     wait: float = 30.0) -> AsyncIterator[tuple[int, memoryview]]:
+        """(offset, body) of each Event; the store's own records are skipped."""
+        async for frame_offset, frame_type, body in self.frames(segment, offset, follow=follow, wait=wait):
+            if frame_type == frames.EVENT:
+                yield frame_offset, body
+
+    async def entries(self, segment: str, offset: int | None = None, *,
+                      follow: bool = False) -> AsyncIterator[tuple[int, int, Entry | bytes]]:
+        """(offset, index, entry) of each entry of the hub's stored batches; opaque events come as bytes."""
+        async for frame_offset, body in self.events(segment, offset, follow=follow):
+            try:
+                batch = decode_batch(body)
+                items = list(batch)
+            except BatchDecodeError:
+                yield frame_offset, 0, bytes(body)
+                continue
+            for index, entry in enumerate(items):
+                yield frame_offset, index, entry
+
+    async def close(self) -> None:
+        if self._protocol is not None:
+            self._protocol.abort()
+            self._protocol = None
+
+
+# --- the CLI ---
+
+
+async def cat_from_server(server: str, segment: str, offset: int | None, follow: bool, out: IO[str]) -> int:
+    """`logport cat --server HOST:PORT SEGMENT`: print the events as JSON lines."""
+    host, port = parse_server(server)
+    async with SegmentReader(host, port) as reader:
+        async for frame_offset, body in reader.events(segment, offset, follow=follow):
+            write_events(out, segment, frame_offset, body)
+    return 0
+
+
+def add_send_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Append each line of stdin to a segment as one opaque event, exactly once."
+    parser.add_argument("segment", help="segment to append to (created if missing)")
+    parser.add_argument("--server", default=f"127.0.0.1:{DEFAULT_PORT}", help="HOST:PORT of the hub")
+    parser.add_argument("--connection-id", type=uuid.UUID, default=None,
+                        help="UUID of this appender; reuse it to resume exactly once after a crash")
+    parser.add_argument("--token", default="", help="the server's segment.token")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS")
+    parser.add_argument("--ca", default="", help="CA bundle to verify the server with")
+    parser.add_argument("--insecure", action="store_true", help="do not verify the server's certificate")
+    parser.add_argument("--block-size", type=int, default=1024 * 1024, help="bytes per append block")
+
+
+async def _send(args: argparse.Namespace, lines: IO[bytes]) -> int:
+    from logport.tls import client_context
+
+    host, port = parse_server(args.server)
+    ctx = client_context(args.ca, verify=not args.insecure) if args.tls or args.ca else None
+    appender = SegmentAppender(host, port, args.segment, connection_id=args.connection_id, ssl=ctx,
+                               token=args.token, block_size=args.block_size, retry_for=30.0)
+    count = 0
+    async with appender:
+        for line in lines:
+            await appender.append(line.rstrip(b"\r\n") if line.endswith(b"\n") else line)
+            count += 1
+    print(f"appended {count} events to {args.segment!r}; connection {appender.connection_id}"
+          f" ack level {appender.ack_level}", file=sys.stderr)
+    return 0
+
+
+def send_main(args: argparse.Namespace) -> int:
+    return asyncio.run(_send(args, sys.stdin.buffer))

@@ -1,0 +1,872 @@
+"""The segment wire protocol (Pravega's proposal, docs/segment-protocol.md), sans-IO.
+
+Messages are an 8-byte header (int32 type, uint32 length, big-endian) and a
+body. `Connection` reassembles PartialMessages, assembles append blocks
+(BeginAppendBlock, Event*, EndAppendBlock, with an event split across the
+block's end) into one `AppendBlock`, and encodes whatever is sent.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
+
+HEADER: Final = struct.Struct(">iI")
+HEADER_SIZE: Final = 8
+MAX_MESSAGE_SIZE: Final = (1 << 24) - 1  # 16 MiB - 1, as Pravega
+MAX_EVENT_SIZE: Final = 8 * 1024 * 1024
+MAX_BLOCK_SIZE: Final = 16 * 1024 * 1024
+MAX_STRING: Final = 0xFFFF
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U16 = struct.Struct(">H")
+_EVENT_TYPE: Final = 0
+
+
+class SegmentProtocolError(RemoteProtocolError):
+    """The peer broke the segment protocol."""
+
+
+# --- strings: 2-byte length + Java modified UTF-8 ---
+
+
+def encode_modified_utf8(text: str) -> bytes:
+    """Java's DataOutput.writeUTF body: NUL as C0 80, characters above U+FFFF as surrogate pairs."""
+    if text.isascii() and "\x00" not in text:
+        return text.encode("ascii")
+    utf16 = text.encode("utf-16-be", "surrogatepass")
+    units = struct.unpack(f">{len(utf16) // 2}H", utf16)
+    out = bytearray()
+    for u in units:
+        if 0 < u < 0x80:
+            out.append(u)
+        elif u < 0x800:
+            out += bytes((0xC0 | (u >> 6), 0x80 | (u & 0x3F)))
+        else:
+            out += bytes((0xE0 | (u >> 12), 0x80 | ((u >> 6) & 0x3F), 0x80 | (u & 0x3F)))
+    return bytes(out)
+
+
+def decode_modified_utf8(data: bytes | memoryview) -> str:
+    raw = bytes(data)
+    if raw.isascii():
+        return raw.decode("ascii")
+    if any(b >= 0xF0 for b in raw):
+        raise SegmentProtocolError("string is not modified UTF-8: 4-byte sequence or invalid byte")
+    try:
+        units = raw.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
+        return units.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
+    except UnicodeError as e:
+        raise SegmentProtocolError(f"string is not modified UTF-8: {e}") from None
+
+
+# --- messages ---
+
+
+class PartialKind(enum.IntEnum):
+    BEGIN = 0
+    MIDDLE = 1
+    END = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    TYPE: ClassVar[int]
+    # (field name, kind): kinds are uuid, long, int, str, bool, byte, strings, rest, opt_int
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]]
+
+
+def _message(type_code: int, *spec: tuple[str, str]):  # type: ignore[no-untyped-def]
+    def wrap(cls):  # type: ignore[no-untyped-def]
+        cls.TYPE = type_code
+        cls.FIELDS = spec
+        return cls
+
+    return wrap
+
+
+@_message(0, ("data", "rest"))
+@dataclass(frozen=True, slots=True)
+class Event(Message):
+    data: bytes
+
+
+@_message(1, ("kind", "byte"), ("data", "rest"))
+@dataclass(frozen=True, slots=True)
+class PartialMessage(Message):
+    kind: PartialKind
+    data: bytes
+
+
+@_message(2, ("data", "rest"))
+@dataclass(frozen=True, slots=True)
+class KeepAlive(Message):
+    data: bytes = b""
+
+
+@_message(3, ("segment", "str"), ("offset", "long"), ("suggested_length", "int"), ("wait_ms", "opt_int"))
+@dataclass(frozen=True, slots=True)
+class ReadSegment(Message):
+    segment: str
+    offset: int
+    suggested_length: int
+    wait_ms: int | None = None  # logport extension: absent = the server's read_wait; 0 = do not wait
+
+
+@_message(4, ("segment", "str"), ("offset", "long"), ("flags", "byte"), ("data", "rest"))
+@dataclass(frozen=True, slots=True)
+class SegmentRead(Message):
+    segment: str
+    offset: int
+    flags: int  # bit 0: at tail, bit 1: end of segment
+    data: bytes
+
+    @classmethod
+    def make(cls, segment: str, offset: int, at_tail: bool, end_of_segment: bool, data: bytes) -> SegmentRead:
+        return cls(segment, offset, (1 if at_tail else 0) | (2 if end_of_segment else 0), data)
+
+    @property
+    def at_tail(self) -> bool:
+        return bool(self.flags & 1)
+
+    @property
+    def end_of_segment(self) -> bool:
+        return bool(self.flags & 2)
+
+
+@_message(5, ("connection_id", "uuid"), ("segment", "str"))
+@dataclass(frozen=True, slots=True)
+class SetupAppend(Message):
+    connection_id: uuid.UUID
+    segment: str
+
+
+@_message(6, ("segment", "str"), ("connection_id", "uuid"), ("ack_level", "long"))
+@dataclass(frozen=True, slots=True)
+class AppendSetup(Message):
+    segment: str
+    connection_id: uuid.UUID
+    ack_level: int
+
+
+@_message(7, ("connection_id", "uuid"), ("connection_offset", "long"), ("data_length", "int"))
+@dataclass(frozen=True, slots=True)
+class BeginAppendBlock(Message):
+    connection_id: uuid.UUID
+    connection_offset: int  # data written so far by this connection id to its segment
+    data_length: int  # bytes that follow before EndAppendBlock
+
+
+@_message(8, ("connection_id", "uuid"), ("connection_offset", "long"), ("block_length", "int"))
+@dataclass(frozen=True, slots=True)
+class EndAppendBlock(Message):
+    connection_id: uuid.UUID
+    connection_offset: int  # after the block
+    block_length: int  # bytes of whole Event messages in the block, a split last event included
+
+
+@_message(9, ("connection_id", "uuid"), ("ack_level", "long"))
+@dataclass(frozen=True, slots=True)
+class DataAppended(Message):
+    connection_id: uuid.UUID
+    ack_level: int
+
+
+# replies the document lacks (errors)
+
+
+@_message(50, ("segment", "str"))
+@dataclass(frozen=True, slots=True)
+class NoSuchSegment(Message):
+    segment: str
+
+
+@_message(51, ("segment", "str"))
+@dataclass(frozen=True, slots=True)
+class SegmentIsSealed(Message):
+    segment: str
+
+
+@_message(52, ("segment", "str"), ("start_offset", "long"))
+@dataclass(frozen=True, slots=True)
+class SegmentIsTruncated(Message):
+    segment: str
+    start_offset: int
+
+
+@_message(53, ("connection_id", "uuid"), ("ack_level", "long"), ("connection_offset", "long"))
+@dataclass(frozen=True, slots=True)
+class WrongConnectionOffset(Message):
+    connection_id: uuid.UUID
+    ack_level: int  # what the server has stored for the connection id
+    connection_offset: int  # where the refused block started
+
+
+@_message(54, ("what", "str"), ("size", "long"), ("limit_name", "str"), ("limit", "long"))
+@dataclass(frozen=True, slots=True)
+class MessageTooLarge(Message):
+    what: str
+    size: int
+    limit_name: str
+    limit: int
+
+
+@_message(55, ("segment", "str"), ("reason", "str"))
+@dataclass(frozen=True, slots=True)
+class InvalidSegmentName(Message):
+    segment: str
+    reason: str
+
+
+@_message(56, ("segment", "str"), ("message", "str"))
+@dataclass(frozen=True, slots=True)
+class OperationFailed(Message):
+    segment: str
+    message: str
+
+
+@_message(57, ("message", "str"))
+@dataclass(frozen=True, slots=True)
+class ProtocolViolation(Message):
+    message: str  # sent just before the server closes the connection
+
+
+# management
+
+
+@_message(60, ("segment", "str"))
+@dataclass(frozen=True, slots=True)
+class CreateSegment(Message):
+    segment: str
+
+
+@_message(61, ("segment", "str"), ("created", "bool"))
+@dataclass(frozen=True, slots=True)
+class SegmentCreated(Message):
+    segment: str
+    created: bool  # false: it existed already
+
+
+@_message(62, ("segment", "str"))
+@dataclass(frozen=True, slots=True)
+class SealSegment(Message):
+    segment: str
+
+
+@_message(63, ("segment", "str"), ("end_offset", "long"))
+@dataclass(frozen=True, slots=True)
+class SegmentSealed(Message):
+    segment: str
+    end_offset: int
+
+
+@_message(64, ("segment", "str"), ("offset", "long"))
+@dataclass(frozen=True, slots=True)
+class TruncateSegment(Message):
+    segment: str
+    offset: int
+
+
+@_message(65, ("segment", "str"), ("start_offset", "long"))
+@dataclass(frozen=True, slots=True)
+class SegmentTruncated(Message):
+    segment: str
+    start_offset: int
+
+
+@_message(66, ("segment", "str"))
+@dataclass(frozen=True, slots=True)
+class GetSegmentInfo(Message):
+    segment: str
+
+
+@_message(67, ("segment", "str"), ("start_offset", "long"), ("end_offset", "long"), ("sealed", "bool"))
+@dataclass(frozen=True, slots=True)
+class SegmentInfoReply(Message):
+    segment: str
+    start_offset: int
+    end_offset: int
+    sealed: bool
+
+
+@_message(68)
+@dataclass(frozen=True, slots=True)
+class ListSegments(Message):
+    pass
+
+
+@_message(69, ("segments", "strings"))
+@dataclass(frozen=True, slots=True)
+class SegmentList(Message):
+    segments: tuple[str, ...]
+
+
+# authentication (when the server has a token configured)
+
+
+@_message(70, ("token", "str"))
+@dataclass(frozen=True, slots=True)
+class Authenticate(Message):
+    token: str
+
+
+@_message(71)
+@dataclass(frozen=True, slots=True)
+class Authenticated(Message):
+    pass
+
+
+@_message(72, ("message", "str"))
+@dataclass(frozen=True, slots=True)
+class AuthenticationFailed(Message):
+    message: str
+
+
+BOTH: Final = (PartialMessage, KeepAlive)
+REQUESTS: Final = (Event, ReadSegment, SetupAppend, BeginAppendBlock, EndAppendBlock, CreateSegment,
+                   SealSegment, TruncateSegment, GetSegmentInfo, ListSegments, Authenticate)
+REPLIES: Final = (SegmentRead, AppendSetup, DataAppended, NoSuchSegment, SegmentIsSealed, SegmentIsTruncated,
+                  WrongConnectionOffset, MessageTooLarge, InvalidSegmentName, OperationFailed, ProtocolViolation,
+                  SegmentCreated, SegmentSealed, SegmentTruncated, SegmentInfoReply, SegmentList, Authenticated,
+                  AuthenticationFailed)
+MESSAGE_TYPES: Final[dict[int, type[Message]]] = {cls.TYPE: cls for cls in (*BOTH, *REQUESTS, *REPLIES)}
+ERROR_REPLIES: Final = (NoSuchSegment, SegmentIsSealed, SegmentIsTruncated, WrongConnectionOffset,
+                        MessageTooLarge, InvalidSegmentName, OperationFailed, ProtocolViolation,
+                        AuthenticationFailed)
+
+
+# --- body codec, driven by each message's FIELDS ---
+
+
+def _encode_string(text: str, parts: list[bytes]) -> None:
+    raw = encode_modified_utf8(text)
+    if len(raw) > MAX_STRING:
+        raise LocalProtocolError(f"string of {len(raw)} bytes exceeds the 65535-byte string limit")
+    parts.append(_U16.pack(len(raw)))
+    parts.append(raw)
+
+
+def encode_body(message: Message) -> bytes:
+    parts: list[bytes] = []
+    for name, kind in message.FIELDS:
+        value = getattr(message, name)
+        try:
+            if kind == "uuid":
+                parts.append(value.bytes)
+            elif kind == "long":
+                parts.append(_I64.pack(value))
+            elif kind == "int":
+                parts.append(_I32.pack(value))
+            elif kind == "opt_int":
+                if value is not None:
+                    parts.append(_I32.pack(value))
+            elif kind == "str":
+                _encode_string(value, parts)
+            elif kind in ("bool", "byte"):
+                parts.append(bytes((int(value),)))
+            elif kind == "strings":
+                parts.append(_I32.pack(len(value)))
+                for text in value:
+                    _encode_string(text, parts)
+            else:  # rest
+                parts.append(bytes(value))
+        except (struct.error, ValueError, AttributeError, TypeError) as e:
+            raise LocalProtocolError(f"{type(message).__name__}.{name} = {value!r:.80} cannot be encoded: {e}") from None
+    return b"".join(parts)
+
+
+def encode(message: Message) -> bytes:
+    body = encode_body(message)
+    if len(body) > MAX_MESSAGE_SIZE:
+        raise LocalProtocolError(
+            f"{type(message).__name__} of {len(body)} bytes exceeds the message size limit {MAX_MESSAGE_SIZE}"
+        )
+    return HEADER.pack(message.TYPE, len(body)) + body
+
+
+def decode_body(type_code: int, body: bytes | memoryview) -> Message:
+    """One message from its type and body; a body of the wrong shape is the peer's error."""
+    cls = MESSAGE_TYPES.get(type_code)
+    if cls is None:
+        raise SegmentProtocolError(f"unknown message type {type_code}")
+    view = memoryview(body)
+    pos = 0
+    end = len(view)
+    values: list[Any] = []
+
+    def need(n: int, what: str) -> None:
+        if pos + n > end:
+            raise SegmentProtocolError(
+                f"{cls.__name__} of {end} bytes is too short for its {what}"
+            )
+
+    def string(what: str) -> str:
+        nonlocal pos
+        need(2, what)
+        (n,) = _U16.unpack_from(view, pos)
+        need(2 + n, what)
+        text = decode_modified_utf8(view[pos + 2 : pos + 2 + n])
+        pos += 2 + n
+        return text
+
+    for name, kind in cls.FIELDS:
+        if kind == "uuid":
+            need(16, name)
+            values.append(uuid.UUID(bytes=bytes(view[pos : pos + 16])))
+            pos += 16
+        elif kind == "long":
+            need(8, name)
+            values.append(_I64.unpack_from(view, pos)[0])
+            pos += 8
+        elif kind == "int":
+            need(4, name)
+            values.append(_I32.unpack_from(view, pos)[0])
+            pos += 4
+        elif kind == "opt_int":
+            if pos == end:
+                values.append(None)
+            else:
+                need(4, name)
+                values.append(_I32.unpack_from(view, pos)[0])
+                pos += 4
+        elif kind == "str":
+            values.append(string(name))
+        elif kind == "bool":
+            need(1, name)
+            if view[pos] > 1:
+                raise SegmentProtocolError(f"{cls.__name__}.{name} is {view[pos]}, not a boolean 0 or 1")
+            values.append(bool(view[pos]))
+            pos += 1
+        elif kind == "byte":
+            need(1, name)
+            values.append(view[pos])
+            pos += 1
+        elif kind == "strings":
+            need(4, name)
+            (count,) = _I32.unpack_from(view, pos)
+            pos += 4
+            if count < 0 or count * 2 > end - pos:
+                raise SegmentProtocolError(f"{cls.__name__} announces {count} strings in {end - pos} bytes")
+            values.append(tuple(string(name) for _ in range(count)))
+        else:  # rest
+            values.append(bytes(view[pos:]))
+            pos = end
+    if pos != end:
+        raise SegmentProtocolError(f"{cls.__name__} has {end - pos} bytes after its last field")
+    if cls is PartialMessage:
+        if values[0] > PartialKind.END:
+            raise SegmentProtocolError(f"PartialMessage kind {values[0]} is not Begin (0), Middle (1) or End (2)")
+        values[0] = PartialKind(values[0])
+    if cls is SegmentRead and values[2] > 3:
+        raise SegmentProtocolError(f"SegmentRead flags {values[2]:#x} has unknown bits")
+    message = cls(*values)
+    _check_values(message)
+    return message
+
+
+def _check_values(message: Message) -> None:
+    if isinstance(message, ReadSegment):
+        if message.offset < 0 or message.suggested_length < 0 or (message.wait_ms or 0) < 0:
+            raise SegmentProtocolError(f"negative offset, length or wait in {message!r:.200}")
+    elif isinstance(message, BeginAppendBlock | EndAppendBlock):
+        length = message.data_length if isinstance(message, BeginAppendBlock) else message.block_length
+        if message.connection_offset < 0 or length < 0:
+            raise SegmentProtocolError(f"negative offset or length in {type(message).__name__}")
+    elif isinstance(message, TruncateSegment) and message.offset < 0:
+        raise SegmentProtocolError(f"negative offset in {message!r:.200}")
+
+
+def event_messages(bodies: list[bytes] | tuple[bytes, ...]) -> bytes:
+    """Event messages back to back: exactly the frames the store keeps."""
+    pack = HEADER.pack
+    parts: list[bytes] = []
+    for body in bodies:
+        parts.append(pack(_EVENT_TYPE, len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes, *, split_at: int | None = None,
+                 fragment: int = 0) -> bytes:
+    """BeginAppendBlock + Event messages + EndAppendBlock for `events` (whole Event messages).
+
+    With `split_at` (an offset inside the last event message), the block ends there:
+    the last event goes out as PartialMessage Begin inside the block and as
+    PartialMessage End after EndAppendBlock, as the protocol document describes.
+    `fragment` > 0 cuts the split event further into Middle fragments of that size.
+    """
+    end = connection_offset + len(events)
+    if split_at is None:
+        return (encode(BeginAppendBlock(connection_id, connection_offset, len(events))) + events
+                + encode(EndAppendBlock(connection_id, end, len(events))))
+    # the last event message starts at `last`; its first `split_at - last` bytes go into the block
+    last = 0
+    pos = 0
+    while pos < len(events):
+        last = pos
+        pos += HEADER_SIZE + HEADER.unpack_from(events, pos)[1]
+    if not last < split_at < len(events):
+        raise LocalProtocolError(f"split_at {split_at} is not inside the last event message ({last}..{len(events)})")
+    head, tail = events[last:split_at], events[split_at:]
+    pieces: list[bytes] = []
+    if fragment > 0:
+        pieces = [tail[i : i + fragment] for i in range(0, len(tail), fragment)]
+    else:
+        pieces = [tail]
+    inside = events[:last] + encode(PartialMessage(PartialKind.BEGIN, head))
+    after = b"".join(
+        encode(PartialMessage(PartialKind.END if i == len(pieces) - 1 else PartialKind.MIDDLE, piece))
+        for i, piece in enumerate(pieces)
+    )
+    return (encode(BeginAppendBlock(connection_id, connection_offset, len(inside))) + inside
+            + encode(EndAppendBlock(connection_id, end, len(events))) + after)
+
+
+def split_into_partials(message: Message, size: int) -> bytes:
+    """`message` sent as PartialMessage fragments of `size` bytes each."""
+    whole = encode(message)
+    pieces = [whole[i : i + size] for i in range(0, len(whole), size)]
+    if len(pieces) == 1:
+        return encode(PartialMessage(PartialKind.BEGIN, pieces[0])) + encode(PartialMessage(PartialKind.END, b""))
+    kinds = [PartialKind.BEGIN] + [PartialKind.MIDDLE] * (len(pieces) - 2) + [PartialKind.END]
+    return b"".join(encode(PartialMessage(k, p)) for k, p in zip(kinds, pieces, strict=True))
+
+
+# --- the connection state machine ---
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBlock:
+    """A whole append block as the server receives it: the Event messages, ready to store."""
+
+    connection_id: uuid.UUID
+    start_offset: int  # connection offset before the block
+    end_offset: int  # connection offset after it
+    data: bytes  # the block's Event messages (frames in the store's format)
+    event_count: int
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_message_size: int = MAX_MESSAGE_SIZE
+    max_event_size: int = MAX_EVENT_SIZE
+    max_block_size: int = MAX_BLOCK_SIZE
+
+
+class Role(enum.Enum):
+    CLIENT = "client"  # receives replies
+    SERVER = "server"  # receives requests
+
+
+class State(enum.Enum):
+    IDLE = "idle"  # between messages
+    IN_BLOCK = "in block"  # reading the data of an append block
+    BLOCK_DATA_DONE = "block data done"  # EndAppendBlock must come next
+    SPLIT_EVENT = "split event"  # EndAppendBlock came; the split last event is still partial
+
+
+# the legal transitions of the server side (a client only ever reads IDLE -> IDLE)
+TRANSITIONS: Final[dict[tuple[State, str], State]] = {
+    (State.IDLE, "BeginAppendBlock"): State.IN_BLOCK,
+    (State.IDLE, "BeginAppendBlock (empty)"): State.BLOCK_DATA_DONE,
+    (State.IN_BLOCK, "Event"): State.IN_BLOCK,
+    (State.IN_BLOCK, "PartialMessage"): State.IN_BLOCK,
+    (State.IN_BLOCK, "last byte of the block"): State.BLOCK_DATA_DONE,
+    (State.BLOCK_DATA_DONE, "EndAppendBlock"): State.IDLE,
+    (State.BLOCK_DATA_DONE, "EndAppendBlock (split event open)"): State.SPLIT_EVENT,
+    (State.SPLIT_EVENT, "PartialMessage Middle"): State.SPLIT_EVENT,
+    (State.SPLIT_EVENT, "PartialMessage End"): State.IDLE,
+    (State.SPLIT_EVENT, "any other message but BeginAppendBlock"): State.SPLIT_EVENT,
+}
+
+
+@dataclass
+class _Block:
+    begin: BeginAppendBlock
+    remaining: int
+    data: bytearray = field(default_factory=bytearray)
+    events: int = 0
+    end: EndAppendBlock | None = None
+
+
+class Connection:
+    """One end of a segment-protocol connection; `role` says which messages it receives."""
+
+    def __init__(self, role: Role, limits: Limits | None = None) -> None:
+        self.role = role
+        self.limits = limits or Limits()
+        self.state = State.IDLE
+        self._buffer = ReceiveBuffer()
+        self._block: _Block | None = None
+        self._partial: bytearray | None = None  # an open PartialMessage's data so far
+        self._partial_in_block = False
+        self._closed = False
+        self._incoming = REQUESTS if role is Role.SERVER else REPLIES
+
+    # -- receiving --
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        if data:
+            self._buffer += data
+        else:
+            self._closed = True
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def next_event(self) -> Message | AppendBlock | _NeedData:
+        """The next whole message (or assembled AppendBlock), or NEED_DATA."""
+        while True:
+            if self.state is State.IN_BLOCK:
+                result = self._read_block_data()
+                if result is not None:
+                    return result
+                continue
+            header = self._buffer.peek_header()
+            if header is None:
+                return self._need_data()
+            type_code, length = header
+            self._check_length(type_code, length)
+            if len(self._buffer) < HEADER_SIZE + length:
+                return self._need_data()
+            self._buffer.skip(HEADER_SIZE)
+            body = self._buffer.extract(length)
+            message = decode_body(type_code, body)
+            result = self._receive_message(message)
+            if result is not None:
+                return result
+
+    def _move(self, label: str) -> None:
+        new = TRANSITIONS.get((self.state, label))
+        if new is None:
+            raise SegmentProtocolError(f"{label} is not allowed in state {self.state.value!r}")
+        self.state = new
+
+    def _need_data(self) -> _NeedData:
+        if self._closed and self._buffer:
+            raise SegmentProtocolError(f"connection closed inside a message ({len(self._buffer)} bytes pending)")
+        return NEED_DATA
+
+    def _check_length(self, type_code: int, length: int) -> None:
+        limit = self.limits.max_message_size
+        if type_code == _EVENT_TYPE:
+            if length > self.limits.max_event_size:
+                raise LimitExceeded("event", length, "max_event_size", self.limits.max_event_size)
+        elif length > limit:
+            raise LimitExceeded("message", length, "max_message_size", limit)
+
+    def _receive_message(self, message: Message) -> Message | AppendBlock | None:
+        if isinstance(message, PartialMessage):
+            return self._receive_partial(message, in_block=False)
+        if isinstance(message, KeepAlive):
+            return message
+        if not isinstance(message, self._incoming):
+            raise SegmentProtocolError(f"{type(message).__name__} is not a message a {self.role.value} receives")
+        if isinstance(message, Event):
+            raise SegmentProtocolError("Event outside an append block")
+        if isinstance(message, BeginAppendBlock):
+            if self.state is State.SPLIT_EVENT:
+                raise SegmentProtocolError("BeginAppendBlock before the split last event of the previous block ended")
+            if self._partial is not None:
+                raise SegmentProtocolError("BeginAppendBlock while a PartialMessage is open")
+            if message.data_length > self.limits.max_block_size:
+                raise LimitExceeded("append block", message.data_length, "max_block_size", self.limits.max_block_size)
+            if 0 < message.data_length < HEADER_SIZE:
+                raise SegmentProtocolError(f"BeginAppendBlock data length {message.data_length} cannot hold a message")
+            self._move("BeginAppendBlock" if message.data_length else "BeginAppendBlock (empty)")
+            self._block = _Block(message, message.data_length)
+            return None
+        if isinstance(message, EndAppendBlock):
+            return self._end_block(message)
+        if self.state is State.BLOCK_DATA_DONE:
+            raise SegmentProtocolError(f"{type(message).__name__} where EndAppendBlock must follow the block's data")
+        if self.state is State.SPLIT_EVENT:
+            self._move("any other message but BeginAppendBlock")
+        return message
+
+    def _end_block(self, end: EndAppendBlock) -> AppendBlock | None:
+        block = self._block
+        if self.state is not State.BLOCK_DATA_DONE or block is None:
+            raise SegmentProtocolError(f"EndAppendBlock without a BeginAppendBlock (state {self.state.value!r})")
+        begin = block.begin
+        if end.connection_id != begin.connection_id:
+            raise SegmentProtocolError(
+                f"EndAppendBlock for connection {end.connection_id} ends a block of {begin.connection_id}"
+            )
+        if end.connection_offset != begin.connection_offset + end.block_length:
+            raise SegmentProtocolError(
+                f"EndAppendBlock offset {end.connection_offset} != block start {begin.connection_offset}"
+                f" + block length {end.block_length}"
+            )
+        if end.block_length > self.limits.max_block_size + self.limits.max_event_size + HEADER_SIZE:
+            raise LimitExceeded("append block", end.block_length, "max_block_size", self.limits.max_block_size)
+        block.end = end
+        if self._partial is not None:
+            missing = end.block_length - len(block.data)
+            if missing <= len(self._partial):
+                raise SegmentProtocolError(
+                    f"EndAppendBlock length {end.block_length} leaves no room for the split event"
+                )
+            self._move("EndAppendBlock (split event open)")
+            return None
+        if len(block.data) != end.block_length:
+            raise SegmentProtocolError(
+                f"EndAppendBlock says {end.block_length} bytes of events; the block held {len(block.data)}"
+            )
+        return self._finish_block("EndAppendBlock")
+
+    def _finish_block(self, label: str) -> AppendBlock:
+        block = self._block
+        assert block is not None and block.end is not None
+        self._move(label)
+        self._block = None
+        return AppendBlock(block.begin.connection_id, block.begin.connection_offset, block.end.connection_offset,
+                           bytes(block.data), block.events)
+
+    def _receive_partial(self, message: PartialMessage, *, in_block: bool) -> Message | AppendBlock | None:
+        kind = message.kind
+        if kind is PartialKind.BEGIN:
+            if self._partial is not None:
+                raise SegmentProtocolError("PartialMessage Begin before the previous partial message ended")
+            self._partial = bytearray(message.data)
+            self._partial_in_block = in_block
+        else:
+            if self._partial is None:
+                raise SegmentProtocolError(f"PartialMessage {kind.name.title()} without a Begin")
+            if in_block and not self._partial_in_block:
+                raise SegmentProtocolError("a partial message begun outside a block continues inside one")
+            if self._partial_in_block and not in_block and self.state is not State.SPLIT_EVENT:
+                raise SegmentProtocolError("the split event of a block continues before its EndAppendBlock")
+            self._partial += message.data
+            if self.state is State.SPLIT_EVENT and kind is PartialKind.MIDDLE:
+                self._move("PartialMessage Middle")
+        limit = self.limits.max_message_size + HEADER_SIZE
+        if self._partial_in_block:
+            limit = self.limits.max_event_size + HEADER_SIZE
+        if len(self._partial) > limit:
+            raise LimitExceeded("reassembled partial message", len(self._partial), "max_message_size", limit - HEADER_SIZE)
+        if kind is not PartialKind.END:
+            return None
+        whole = bytes(self._partial)
+        self._partial = None
+        if len(whole) < HEADER_SIZE:
+            raise SegmentProtocolError(f"reassembled partial message of {len(whole)} bytes has no whole header")
+        type_code, length = HEADER.unpack_from(whole, 0)
+        if length != len(whole) - HEADER_SIZE:
+            raise SegmentProtocolError(
+                f"reassembled partial message says {length} bytes but holds {len(whole) - HEADER_SIZE}"
+            )
+        if self._partial_in_block:
+            if type_code != _EVENT_TYPE:
+                raise SegmentProtocolError(f"a partial message inside a block holds type {type_code}, not an Event")
+            self._check_length(type_code, length)
+            block = self._block
+            assert block is not None
+            block.data += whole
+            block.events += 1
+            if self.state is State.SPLIT_EVENT:
+                assert block.end is not None
+                if len(block.data) != block.end.block_length:
+                    raise SegmentProtocolError(
+                        f"EndAppendBlock says {block.end.block_length} bytes of events;"
+                        f" the block held {len(block.data)}"
+                    )
+                return self._finish_block("PartialMessage End")
+            return None
+        self._check_length(type_code, length)
+        inner = decode_body(type_code, memoryview(whole)[HEADER_SIZE:])
+        if isinstance(inner, PartialMessage):
+            raise SegmentProtocolError("a partial message holds another partial message")
+        return self._receive_message(inner)
+
+    def _read_block_data(self) -> AppendBlock | None | _NeedData:
+        """Consume the block's messages that are wholly here; None when the state moved on."""
+        block = self._block
+        assert block is not None
+        buf = self._buffer
+        raw = buf.raw
+        start = buf.start
+        avail = len(raw) - start
+        pos = 0
+        unpack = HEADER.unpack_from
+        max_event = self.limits.max_event_size
+        remaining = block.remaining
+        events = 0
+        # fast path: whole Event messages, copied into the block in one go
+        while remaining and pos + HEADER_SIZE <= avail:
+            type_code, length = unpack(raw, start + pos)
+            if type_code != _EVENT_TYPE:
+                break
+            if length > max_event:
+                raise LimitExceeded("event", length, "max_event_size", max_event)
+            size = HEADER_SIZE + length
+            if size > remaining:
+                raise SegmentProtocolError(
+                    f"Event of {size} bytes crosses the end of its block ({remaining} bytes left); use PartialMessage"
+                )
+            if pos + size > avail:
+                break
+            pos += size
+            remaining -= size
+            events += 1
+        if pos:
+            with memoryview(raw) as view:
+                block.data += view[start : start + pos]
+            block.events += events
+            block.remaining = remaining
+            buf.consumed(pos)
+        if remaining == 0:
+            self._move("last byte of the block")
+            return None
+        if remaining < HEADER_SIZE:
+            raise SegmentProtocolError(f"{remaining} bytes left in the block cannot hold a message header")
+        header = buf.peek_header()
+        if header is None:
+            return self._need_data()
+        type_code, length = header
+        if type_code == _EVENT_TYPE:
+            return self._need_data()  # an event still arriving
+        if type_code != PartialMessage.TYPE:
+            raise SegmentProtocolError(f"message type {type_code} inside an append block")
+        self._check_length(type_code, length)
+        if HEADER_SIZE + length > remaining:
+            raise SegmentProtocolError(
+                f"PartialMessage of {HEADER_SIZE + length} bytes crosses the end of its block ({remaining} bytes left)"
+            )
+        if len(buf) < HEADER_SIZE + length:
+            return self._need_data()
+        buf.skip(HEADER_SIZE)
+        message = decode_body(type_code, buf.extract(length))
+        block.remaining -= HEADER_SIZE + length
+        assert isinstance(message, PartialMessage)
+        self._move("PartialMessage")
+        result = self._receive_partial(message, in_block=True)
+        if block.remaining == 0:
+            self._move("last byte of the block")
+        return result
+
+    # -- sending --
+
+    def send(self, message: Message) -> bytes:
+        if self.role is Role.CLIENT:
+            allowed = (*REQUESTS, *BOTH)
+        else:
+            allowed = (*REPLIES, *BOTH)
+        if not isinstance(message, allowed):
+            raise LocalProtocolError(f"a {self.role.value} does not send {type(message).__name__}")
+        return encode(message)
+
+
+__all__ = [
+    "NEED_DATA", "AppendBlock", "Connection", "Limits", "Role", "SegmentProtocolError", "State",
+    "encode", "decode_body", "encode_block", "event_messages", "split_into_partials",
+    *(cls.__name__ for cls in MESSAGE_TYPES.values()),
+]

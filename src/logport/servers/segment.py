@@ -1,0 +1,502 @@
+"""The segment-protocol listener: exactly-once appends into the store, tail reads, management.
+
+One `SegmentServerProtocol` per TCP connection drives a sans-IO
+`protocols.segment.Connection`. Each appending connection id gets one pipeline
+task that stores its blocks in order (coalescing what queued up meanwhile) with
+a `WriterCondition`, so deduplication and gap refusal happen atomically with
+the data in the store's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter, Gauge
+
+from logport import errors
+from logport.config import SegmentServerConfig
+from logport.protocols import segment as sp
+from logport.runtime import Runtime
+from logport.store import SegmentStore, WriterCondition
+from logport.store import frames
+from logport.store.files import check_segment_name
+from logport.tls import server_context
+
+log = logging.getLogger("logport.segment")
+
+COALESCE_MAX = 8 * 1024 * 1024  # blocks of one connection id joined into one store append
+
+
+@dataclass
+class SegmentMetrics:
+    connections: Gauge
+    append_blocks: Counter
+    append_bytes: Counter
+    duplicate_blocks: Counter
+    read_bytes: Counter
+    protocol_errors: Counter
+
+    @classmethod
+    def create(cls, runtime: Runtime) -> SegmentMetrics:
+        r = runtime.metrics.registry
+        return cls(
+            Gauge("logport_segment_connections", "Open segment-protocol connections", registry=r),
+            Counter("logport_segment_append_blocks", "Append blocks received", registry=r),
+            Counter("logport_segment_append_bytes", "Event bytes stored from append blocks", registry=r),
+            Counter("logport_segment_duplicate_blocks", "Retransmitted blocks acknowledged without storing",
+                    registry=r),
+            Counter("logport_segment_read_bytes", "Bytes sent in SegmentRead replies", registry=r),
+            Counter("logport_segment_protocol_errors", "Connections closed for breaking the protocol", registry=r),
+        )
+
+
+@dataclass
+class _Writer:
+    """One appending connection id on one TCP connection."""
+
+    connection_id: uuid.UUID
+    segment: str
+    previous: asyncio.Task[None] | None  # the pipeline this SetupAppend replaced
+    queue: list[sp.AppendBlock] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    failed: bool = False  # refused a block: later blocks are dropped until the next SetupAppend
+    closed: bool = False
+
+
+class SegmentServer:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.config: SegmentServerConfig = runtime.config.segment
+        self.store: SegmentStore = runtime.store
+        self.metrics = SegmentMetrics.create(runtime)
+        self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
+                                self.config.max_block_size)
+        self.connections: set[SegmentServerProtocol] = set()
+        self._server: asyncio.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
+            ssl=server_context(self.config.tls), reuse_address=True,
+        )
+        if self.config.idle_timeout > 0:
+            self._idle_task = loop.create_task(self._close_idle())
+        log.info("segment listener", extra={"bind": self.config.bind, "port": self.port})
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _close_idle(self) -> None:
+        timeout = self.config.idle_timeout
+        while True:
+            await asyncio.sleep(timeout / 2)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if now - conn.last_activity > timeout and not conn.busy():
+                    log.info("closing idle connection", extra={"peer": conn.peer, "idle_timeout": timeout})
+                    conn.close()
+
+    async def close(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for conn in list(self.connections):
+            await conn.finish()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def start(runtime: Runtime) -> SegmentServer:
+    server = SegmentServer(runtime)
+    await server.start()
+    return server
+
+
+class SegmentServerProtocol(asyncio.Protocol):
+    def __init__(self, server: SegmentServer) -> None:
+        self.server = server
+        self.store = server.store
+        self.config = server.config
+        self.conn = sp.Connection(sp.Role.SERVER, server.limits)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.writers: dict[uuid.UUID, _Writer] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.pending_bytes = 0
+        self.reading_paused = False
+        self.authenticated = not server.config.token
+        self.last_activity = time.monotonic()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._closing = False
+
+    # --- transport callbacks ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.connections.add(self)
+        self.server.metrics.connections.inc()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._can_write.set()
+        self.server.connections.discard(self)
+        self.server.metrics.connections.dec()
+        for task in list(self.tasks):
+            task.cancel()  # reads and management replies; append pipelines finish what they hold
+        for writer in self.writers.values():
+            writer.closed = True
+            writer.wake.set()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        if self._closing:
+            return
+        conn = self.conn
+        conn.receive_data(data)
+        try:
+            while True:
+                event = conn.next_event()
+                if event is sp.NEED_DATA:
+                    break
+                self._dispatch(event)  # type: ignore[arg-type]
+                if self._closing:
+                    return
+        except errors.RemoteProtocolError as e:
+            e.peer = self.peer
+            self._protocol_error(e)
+
+    def eof_received(self) -> bool | None:
+        try:
+            self.conn.receive_data(b"")
+            self.conn.next_event()
+        except errors.RemoteProtocolError as e:
+            e.peer = self.peer
+            log.info("connection closed mid-message", extra={"peer": self.peer, "error": str(e)})
+        return None
+
+    def _protocol_error(self, e: errors.RemoteProtocolError) -> None:
+        self.server.metrics.protocol_errors.inc()
+        if isinstance(e, errors.LimitExceeded):
+            log.warning("message too large", extra={"peer": self.peer, "limit": e.limit_name, "value": e.value})
+            self.reply(sp.MessageTooLarge(e.what, e.value, e.limit_name, e.limit))
+        else:
+            log.warning("protocol error", extra={"peer": self.peer, "error": e.message})
+            self.reply(sp.ProtocolViolation(e.message))
+        self.close()
+
+    def close(self) -> None:
+        self._closing = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def busy(self) -> bool:
+        return bool(self.tasks) or any(w.queue for w in self.writers.values())
+
+    async def finish(self) -> None:
+        """Wait for the append pipelines (so nothing queued is lost), cancel the rest."""
+        for task in list(self.tasks):
+            task.cancel()
+        pipelines = [w.task for w in self.writers.values() if w.task is not None]
+        if pipelines:
+            await asyncio.gather(*pipelines, return_exceptions=True)
+
+    # --- replies ---
+
+    def reply(self, message: sp.Message) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(self.conn.send(message))
+
+    async def _reply_read(self, segment: str, offset: int, at_tail: bool, end_of_segment: bool,
+                          data: bytes) -> None:
+        await self._can_write.wait()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionError("connection closed")
+        # header and fields, then the data as it is: no copy of a 2 MiB body
+        head = self.conn.send(sp.SegmentRead.make(segment, offset, at_tail, end_of_segment, b""))
+        type_code, length = sp.HEADER.unpack_from(head, 0)
+        transport.write(sp.HEADER.pack(type_code, length + len(data)) + head[sp.HEADER_SIZE :])
+        if data:
+            transport.write(data)
+        self.server.metrics.read_bytes.inc(len(data))
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("segment request failed", exc_info=task.exception(), extra={"peer": self.peer})
+
+    # --- dispatch ---
+
+    def _dispatch(self, event: sp.Message | sp.AppendBlock) -> None:
+        if isinstance(event, sp.AppendBlock):
+            self._append_block(event)
+            return
+        if isinstance(event, sp.KeepAlive):
+            return
+        if not self.authenticated:
+            if isinstance(event, sp.Authenticate) and hmac.compare_digest(
+                event.token.encode("utf-8", "surrogatepass"), self.config.token.encode()
+            ):
+                self.authenticated = True
+                self.reply(sp.Authenticated())
+                return
+            reason = "wrong token" if isinstance(event, sp.Authenticate) else "authentication required"
+            log.warning("authentication failed", extra={"peer": self.peer, "reason": reason})
+            self.reply(sp.AuthenticationFailed(reason))
+            self.close()
+            return
+        if isinstance(event, sp.Authenticate):
+            self.reply(sp.Authenticated())
+        elif isinstance(event, sp.SetupAppend):
+            self._setup_append(event)
+        elif isinstance(event, sp.ReadSegment):
+            self._spawn(self._read(event))
+        elif isinstance(event, sp.GetSegmentInfo):
+            self._info(event.segment)
+        elif isinstance(event, sp.ListSegments):
+            self.reply(sp.SegmentList(tuple(self.store.names())))
+        elif isinstance(event, sp.CreateSegment):
+            self._spawn(self._manage(event))
+        elif isinstance(event, sp.SealSegment | sp.TruncateSegment):
+            self._spawn(self._manage(event))
+        else:  # the sans-IO layer lets through only requests; this is a bug if reached
+            raise errors.LocalProtocolError(f"no handler for {type(event).__name__}")
+
+    def _error_reply(self, segment: str, e: errors.StoreError) -> sp.Message:
+        if isinstance(e, errors.NoSuchSegment):
+            return sp.NoSuchSegment(segment)
+        if isinstance(e, errors.SegmentSealed):
+            return sp.SegmentIsSealed(segment)
+        if isinstance(e, errors.OffsetTruncated):
+            return sp.SegmentIsTruncated(segment, e.start_offset)
+        if isinstance(e, errors.InvalidSegmentName):
+            return sp.InvalidSegmentName(segment, str(e))
+        return sp.OperationFailed(segment, str(e))
+
+    def _info(self, segment: str) -> None:
+        try:
+            info = self.store.info(segment)
+        except errors.StoreError as e:
+            self.reply(self._error_reply(segment, e))
+            return
+        self.reply(sp.SegmentInfoReply(segment, info.start_offset, info.end_offset, info.sealed))
+
+    async def _manage(self, request: sp.CreateSegment | sp.SealSegment | sp.TruncateSegment) -> None:
+        segment = request.segment
+        try:
+            check_segment_name(segment)
+            if isinstance(request, sp.CreateSegment):
+                existed = self.store.exists(segment)
+                await self.store.create(segment)
+                self.reply(sp.SegmentCreated(segment, not existed))
+            elif isinstance(request, sp.SealSegment):
+                info = await self.store.seal(segment)
+                self.reply(sp.SegmentSealed(segment, info.end_offset))
+            else:
+                info = await self.store.truncate(segment, request.offset)
+                self.reply(sp.SegmentTruncated(segment, info.start_offset))
+        except errors.StoreError as e:
+            self.reply(self._error_reply(segment, e))
+
+    # --- reads ---
+
+    async def _read(self, request: sp.ReadSegment) -> None:
+        cfg = self.config
+        segment = request.segment
+        loop = asyncio.get_running_loop()
+        wait = cfg.read_wait if request.wait_ms is None else request.wait_ms / 1000.0
+        deadline = loop.time() + wait
+        offset = request.offset
+        remaining = request.suggested_length
+        sent = False
+        try:
+            check_segment_name(segment)
+            while True:
+                n = min(remaining, cfg.read_reply_max)
+                if n == 0:
+                    info = self.store.info(segment)
+                    at_tail = offset >= info.end_offset
+                    await self._reply_read(segment, offset, at_tail, at_tail and info.sealed, b"")
+                    return
+                budget = 0.0 if sent else max(0.0, deadline - loop.time())
+                result = await self.store.read(segment, offset, n, wait=min(budget, cfg.keepalive_interval))
+                if result.data:
+                    await self._reply_read(segment, offset, result.at_tail, result.end_of_segment, result.data)
+                    sent = True
+                    offset += len(result.data)
+                    remaining -= len(result.data)
+                    if remaining == 0 or result.at_tail:
+                        return
+                    continue
+                if sent or result.end_of_segment or loop.time() >= deadline or self._closing:
+                    await self._reply_read(segment, offset, True, result.end_of_segment, b"")
+                    return
+                await self._can_write.wait()
+                self.reply(sp.KeepAlive())  # still waiting at the tail: the reader must not time out
+        except errors.StoreError as e:
+            self.reply(self._error_reply(segment, e))
+        except ConnectionError:
+            pass
+
+    # --- appends ---
+
+    def _setup_append(self, request: sp.SetupAppend) -> None:
+        old = self.writers.get(request.connection_id)
+        if old is not None:
+            old.closed = True
+            old.wake.set()
+        writer = _Writer(request.connection_id, request.segment, old.task if old else None)
+        self.writers[request.connection_id] = writer
+        writer.task = asyncio.get_running_loop().create_task(self._run_writer(writer))
+
+    def _append_block(self, block: sp.AppendBlock) -> None:
+        writer = self.writers.get(block.connection_id)
+        if writer is None or not self.authenticated:
+            self._protocol_error(errors.RemoteProtocolError(
+                f"append block for connection id {block.connection_id} without SetupAppend", peer=self.peer))
+            return
+        self.server.metrics.append_blocks.inc()
+        if writer.failed:
+            return
+        writer.queue.append(block)
+        writer.wake.set()
+        self.pending_bytes += len(block.data)
+        if self.pending_bytes > self.config.max_pending_bytes and not self.reading_paused:
+            self.reading_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def _release(self, nbytes: int) -> None:
+        self.pending_bytes -= nbytes
+        if self.reading_paused and self.pending_bytes <= self.config.max_pending_bytes // 2:
+            self.reading_paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    async def _run_writer(self, writer: _Writer) -> None:
+        if writer.previous is not None:
+            await asyncio.gather(writer.previous, return_exceptions=True)
+        segment = writer.segment
+        key = writer.connection_id.bytes
+        try:
+            check_segment_name(segment)
+            if not self.store.exists(segment):
+                if not self.config.auto_create:
+                    raise errors.NoSuchSegment(segment)
+                await self.store.create(segment)
+            if self.store.info(segment).sealed:
+                raise errors.SegmentSealed(segment)
+        except errors.StoreError as e:
+            writer.failed = True
+            self.reply(self._error_reply(segment, e))
+            self._drop_queue(writer)
+            return
+        self.reply(sp.AppendSetup(segment, writer.connection_id, self.store.writer_offset(segment, key)))
+        while True:
+            if not writer.queue:
+                if writer.closed:
+                    return
+                writer.wake.clear()
+                await writer.wake.wait()
+                continue
+            blocks = self._take_contiguous(writer)
+            nbytes = sum(len(b.data) for b in blocks)
+            data = blocks[0].data if len(blocks) == 1 else b"".join(b.data for b in blocks)
+            try:
+                ack, duplicate = await self._store_exactly_once(segment, key, blocks[0].start_offset,
+                                                                blocks[-1].end_offset, data)
+            except errors.WriterOffsetMismatch as e:
+                log.warning("block does not continue the connection's offset",
+                            extra={"peer": self.peer, "segment": segment, "ack_level": e.expected, "value": e.got})
+                writer.failed = True
+                self._release(nbytes)
+                self.reply(sp.WrongConnectionOffset(writer.connection_id, e.expected, e.got))
+                self._drop_queue(writer)
+                return
+            except errors.StoreError as e:
+                log.warning("append refused", extra={"peer": self.peer, "segment": segment, "error": str(e)})
+                writer.failed = True
+                self._release(nbytes)
+                self.reply(self._error_reply(segment, e))
+                self._drop_queue(writer)
+                return
+            self._release(nbytes)
+            if duplicate:
+                self.server.metrics.duplicate_blocks.inc(len(blocks))
+            else:
+                self.server.metrics.append_bytes.inc(nbytes)
+            self.reply(sp.DataAppended(writer.connection_id, ack))
+
+    def _drop_queue(self, writer: _Writer) -> None:
+        self._release(sum(len(b.data) for b in writer.queue))
+        writer.queue.clear()
+
+    @staticmethod
+    def _take_contiguous(writer: _Writer) -> list[sp.AppendBlock]:
+        queue = writer.queue
+        taken = [queue[0]]
+        size = len(queue[0].data)
+        i = 1
+        while i < len(queue) and queue[i].start_offset == taken[-1].end_offset and size + len(queue[i].data) <= COALESCE_MAX:
+            taken.append(queue[i])
+            size += len(queue[i].data)
+            i += 1
+        del queue[:i]
+        return taken
+
+    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int,
+                                  data: bytes) -> tuple[int, bool]:
+        """Store the events of [start, end) of a connection; (ack level, whether all were duplicates).
+
+        A retransmission may overlap what is stored (the server stored a block whose
+        ack was lost, and the client re-cut its blocks): the stored prefix is cut
+        off at its event boundary and the rest appended.
+        """
+        while True:
+            try:
+                result = await self.store.append_framed(segment, data, writer=WriterCondition(key, end, start),
+                                                        create=False)
+            except errors.WriterOffsetMismatch as e:
+                stored = e.expected
+                if start < stored < end and _is_frame_boundary(data, stored - start):
+                    data = data[stored - start :]
+                    start = stored
+                    continue
+                raise
+            assert result.writer_offset is not None
+            return result.writer_offset, result.duplicate
+
+
+def _is_frame_boundary(data: bytes, at: int) -> bool:
+    pos = 0
+    while pos < at:
+        pos += frames.HEADER_SIZE + frames.HEADER.unpack_from(data, pos)[1]
+    return pos == at
