@@ -15,6 +15,7 @@ from logport.errors import (
     NoSuchSegment,
     OffsetTruncated,
     SegmentSealed,
+    StoreError,
     StoreLimitExceeded,
     WriterOffsetMismatch,
 )
@@ -222,6 +223,8 @@ async def test_truncate_moves_start_and_deletes_whole_chunks(tmp_path: Path) -> 
     assert [b for _, b in await read_all(store, "s")] == [b"%03d" % i * 30 for i in range(5, 10)]
     bases = list_chunk_bases(tmp_path / "segments" / "s")
     assert bases[0] <= cut and all(b > results[0].offset for b in bases)
+    with pytest.raises(StoreError, match="not a frame boundary"):
+        await store.truncate("s", results[7].offset + 3)
     await store.close()
     store = await SegmentStore.open(cfg)
     assert store.info("s").start_offset == cut

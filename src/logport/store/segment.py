@@ -134,6 +134,8 @@ class Segment:
         # chunks wholly below the start offset (a retention pass cut short by a crash)
         while len(bases) > 1 and bases[1] <= self.state.start_offset:
             chunk_path(self.dir, bases.pop(0)).unlink(missing_ok=True)
+        # chunks deleted before the state file recorded it (truncation deletes first)
+        self.state.start_offset = max(self.state.start_offset, bases[0])
         while True:
             base = bases[-1]
             path = chunk_path(self.dir, base)
@@ -420,17 +422,38 @@ class Segment:
             raise StoreError(f"cannot truncate segment {self.name!r} at {offset}: its end is {self.end}")
         if offset <= self.state.start_offset:
             return self.info()
+        loop = asyncio.get_running_loop()
+        if not await loop.run_in_executor(None, self._is_frame_boundary, offset):
+            raise StoreError(f"cannot truncate segment {self.name!r} at {offset}: not a frame boundary")
         self.state.start_offset = offset
-        await asyncio.get_running_loop().run_in_executor(None, self._drop_chunks_below, offset)
+        await loop.run_in_executor(None, self._drop_chunks_below, offset)
         return self.info()
 
+    def _is_frame_boundary(self, offset: int) -> bool:
+        """Walk frame headers from the chunk's base (chunks start on a frame) up to `offset`."""
+        assert self.reader is not None
+        if offset == self.end:
+            return True
+        base, _ = self.reader.chunk_span(offset, self.end)
+        pos = base
+        while pos < offset:
+            head = self.reader.pread(pos, frames.HEADER_SIZE, self.end)
+            if len(head) < frames.HEADER_SIZE:
+                return False
+            pos += frames.HEADER_SIZE + frames.HEADER.unpack(head)[1]
+        return pos == offset
+
     def _drop_chunks_below(self, offset: int) -> None:
-        self.state.save(self.dir)
+        """Delete whole chunks first, then record the start offset: on a full disk the deletion is
+        what makes room for the state file. A crash in between is repaired on open, where the
+        first remaining chunk bounds the start offset."""
         assert self.reader is not None
         bases = self.reader.bases
         keep_from = max((b for b in bases if b <= offset), default=bases[0])
         for base in self.reader.drop_chunks_below(keep_from):
             chunk_path(self.dir, base).unlink(missing_ok=True)
+        fsync_dir(self.dir)
+        self.state.save(self.dir)
 
     def retention_cut(self, max_bytes: int, max_age: float) -> int | None:
         """The start offset retention asks for (whole chunks only; the active chunk stays), or None."""
