@@ -1,0 +1,357 @@
+"""A Lumberjack (Beats) writer: v1 or v2 windows, compressed, pipelined, resent after a reconnect.
+
+Frames are shaped as Filebeat's go-lumber sends them: `W n`, then one `C`
+holding `J` (or v1 `D`) frames numbered 1..n, so a window's bytes can be sent
+again unchanged after a reconnect. Acks of 0 are keep-alives: they only reset
+the ack timeout. Delivery is at-least-once (what was sent but not acknowledged
+before a connection broke is sent again). Also `logport send lumberjack`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import ssl
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from logport.errors import LogportError
+from logport.protocols._receivebuffer import NEED_DATA
+from logport.protocols.lumberjack import (
+    V1,
+    V2,
+    Ack,
+    Connection,
+    Role,
+    compressed_frame,
+    encode_data_v1,
+    encode_json,
+    encode_window,
+)
+from logport.tls import client_context
+
+log = logging.getLogger("logport.lumberjack.client")
+
+MAX_RECONNECT_DELAY = 30.0
+
+
+class ClientClosed(LogportError):
+    """The client was closed before a window was acknowledged."""
+
+
+def window_frames(version: int, items: Sequence[Any], level: int) -> bytes:
+    """`W n` + the n data frames (seq 1..n), compressed into one `C` frame unless `level` is 0.
+
+    v2 items are serialised JSON (bytes); v1 items are mappings of fields.
+    """
+    if version == V2:
+        data = [encode_json(seq, item) for seq, item in enumerate(items, 1)]
+    else:
+        data = [encode_data_v1(seq, item) for seq, item in enumerate(items, 1)]
+    head = encode_window(version, len(items))
+    if level:
+        return head + compressed_frame(version, data, level)
+    return head + b"".join(data)
+
+
+class PendingWindow:
+    """One window until its ack: its items, how many are acknowledged, and who waits for it."""
+
+    __slots__ = ("items", "acked", "sent_from", "future", "_frames")
+
+    def __init__(self, items: Sequence[Any], future: asyncio.Future[None]) -> None:
+        self.items = items
+        self.acked = 0  # events acknowledged so far (partial acks)
+        self.sent_from = 0  # index of the item sent as seq 1 on the current connection
+        self.future = future
+        self._frames: bytes | None = None
+
+    def frames(self, version: int, level: int) -> bytes:
+        """The window's bytes: whole at first, only the unacknowledged tail after a partial ack."""
+        self.sent_from = self.acked
+        if self.acked:
+            return window_frames(version, self.items[self.acked :], level)
+        if self._frames is None:
+            self._frames = window_frames(version, self.items, level)
+        return self._frames
+
+
+class _Wire(asyncio.Protocol):
+    """One TCP/TLS connection of the client: acks in, frames out."""
+
+    def __init__(self, client: LumberjackClient) -> None:
+        self.client = client
+        self.proto = Connection(Role.CLIENT, peer=f"{client.host}:{client.port}")
+        self.transport: asyncio.Transport | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.proto.receive_data(data)
+        try:
+            while (event := self.proto.next_event()) is not NEED_DATA:
+                if isinstance(event, Ack):
+                    self.client._on_ack(event.seq)
+        except LogportError as e:
+            log.warning(f"closing connection: {e}", extra={"peer": self.proto.peer})
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+class LumberjackClient:
+    """Send windows to a Logstash-compatible server; `send` returns once they are acknowledged."""
+
+    def __init__(self, host: str, port: int, *, version: int = 2, window_size: int = 2048,
+                 compression_level: int = 3, windows_in_flight: int = 2, ack_timeout: float = 30.0,
+                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                 reconnect_delay: float = 1.0) -> None:
+        self.host = host
+        self.port = port
+        self.version = V1 if version in (1, V1) else V2
+        self.window_size = window_size
+        self.level = compression_level
+        self.windows_in_flight = windows_in_flight
+        self.ack_timeout = ack_timeout
+        self.ssl_context = ssl_context
+        self.server_hostname = server_hostname
+        self.reconnect_delay = reconnect_delay
+        self.inflight: deque[PendingWindow] = deque()  # sent (or to resend), oldest first
+        self.connects = 0
+        self._wire: _Wire | None = None
+        self._connected = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._last_progress = time.monotonic()
+        self._runner: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- public ---
+
+    async def send(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Send events in windows of `window_size` (pipelined); return when every one is acknowledged."""
+        futures = [await self.send_window(events[i : i + self.window_size])
+                   for i in range(0, len(events), self.window_size)]
+        if futures:
+            await asyncio.gather(*futures)
+
+    async def send_window(self, events: Sequence[Mapping[str, Any]]) -> asyncio.Future[None]:
+        """Queue one window (waiting while `windows_in_flight` are unacknowledged); the future is its ack."""
+        if self.version == V2:
+            dumps = orjson.dumps
+            items: list[Any] = [e if isinstance(e, bytes) else dumps(e) for e in events]
+        else:
+            items = list(events)
+        return await self._send_items(items)
+
+    async def _send_items(self, items: Sequence[Any]) -> asyncio.Future[None]:
+        if self._closed:
+            raise ClientClosed("lumberjack client is closed")
+        self._ensure_running()
+        while len(self.inflight) >= self.windows_in_flight:
+            self._space.clear()
+            await self._space.wait()
+            if self._closed:
+                raise ClientClosed("lumberjack client is closed")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        window = PendingWindow(items, future)
+        if not items:
+            future.set_result(None)
+            return future
+        if not self.inflight:
+            self._last_progress = time.monotonic()
+        self.inflight.append(window)
+        wire = self._wire
+        if wire is not None and wire.transport is not None and not wire.lost.done():
+            wire.transport.write(window.frames(self.version, self.level))
+        return future
+
+    async def flush(self) -> None:
+        """Wait until everything sent so far is acknowledged."""
+        pending = [w.future for w in self.inflight]
+        if pending:
+            await asyncio.gather(*pending)
+
+    async def wait_connected(self) -> None:
+        self._ensure_running()
+        await self._connected.wait()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._runner is not None:
+            self._runner.cancel()
+            try:
+                await self._runner
+            except asyncio.CancelledError:
+                pass
+        self._drop_wire()
+        for window in self.inflight:
+            if not window.future.done():
+                window.future.set_exception(ClientClosed("lumberjack client closed before the window was acknowledged"))
+                window.future.exception()
+        self.inflight.clear()
+        self._space.set()
+
+    # --- acks ---
+
+    def _on_ack(self, seq: int) -> None:
+        self._last_progress = time.monotonic()
+        if seq == 0 or not self.inflight:
+            return  # keep-alive
+        window = self.inflight[0]
+        # seqs restart at 1 in each window, and in a tail resent after a partial ack
+        window.acked = max(window.acked, window.sent_from + seq)
+        if window.acked >= len(window.items):
+            self.inflight.popleft()
+            if not window.future.done():
+                window.future.set_result(None)
+            self._space.set()
+
+    # --- connection ---
+
+    def _ensure_running(self) -> None:
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.get_running_loop().create_task(self._run(), name="lumberjack-client")
+
+    def _drop_wire(self) -> None:
+        wire, self._wire = self._wire, None
+        self._connected.clear()
+        if wire is not None and wire.transport is not None:
+            wire.transport.abort()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = self.reconnect_delay
+        while not self._closed:
+            try:
+                _, wire = await asyncio.wait_for(loop.create_connection(
+                    lambda: _Wire(self), self.host, self.port, ssl=self.ssl_context,
+                    server_hostname=self.server_hostname if self.ssl_context else None,
+                ), timeout=max(self.ack_timeout, 5.0))
+            except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+                log.warning("connecting failed", extra={"peer": f"{self.host}:{self.port}", "error": str(e),
+                                                        "retry_in": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RECONNECT_DELAY)
+                continue
+            self._wire = wire
+            self.connects += 1
+            self._last_progress = time.monotonic()
+            if self.inflight:  # the unacknowledged tail, in order
+                assert wire.transport is not None
+                wire.transport.write(b"".join(w.frames(self.version, self.level) for w in self.inflight))
+            self._connected.set()
+            timed_out = await self._watch(wire)
+            self._drop_wire()
+            if timed_out:
+                log.warning("no ack in time, reconnecting", extra={"peer": f"{self.host}:{self.port}",
+                                                                   "limit": "ack_timeout", "value": self.ack_timeout})
+            elif not self._closed:
+                log.warning("connection lost, reconnecting", extra={"peer": f"{self.host}:{self.port}"})
+            else:
+                return
+            await asyncio.sleep(self.reconnect_delay)
+            delay = self.reconnect_delay
+
+    async def _watch(self, wire: _Wire) -> bool:
+        """Wait until the connection is lost (False) or no ack came for ack_timeout with windows out (True)."""
+        step = min(1.0, self.ack_timeout / 4)
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(wire.lost), step)
+                return False
+            except asyncio.TimeoutError:
+                pass
+            if self.inflight and time.monotonic() - self._last_progress > self.ack_timeout:
+                return True
+
+
+def client_from_args(args: argparse.Namespace) -> LumberjackClient:
+    ctx = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        ctx = client_context(args.tls_ca, args.tls_cert, args.tls_key, verify=not args.tls_no_verify)
+    return LumberjackClient(
+        args.host, args.port, version=args.protocol_version, window_size=args.window_size,
+        compression_level=args.compression_level, windows_in_flight=args.windows_in_flight,
+        ack_timeout=args.ack_timeout, ssl_context=ctx,
+    )
+
+
+# --- logport send lumberjack ---
+
+
+def add_send_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Send JSON lines from stdin as Beats events (one JSON object per line; "
+                          "other lines are sent as {\"message\": line}). Exits once all are acknowledged.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5044)
+    parser.add_argument("--protocol-version", type=int, choices=(1, 2), default=2,
+                        help="2: J frames (Beats); 1: D frames, values sent as strings")
+    parser.add_argument("--window-size", type=int, default=2048, help="events per window")
+    parser.add_argument("--compression-level", type=int, default=3, choices=range(10), metavar="0-9",
+                        help="zlib level; 0 sends frames uncompressed")
+    parser.add_argument("--windows-in-flight", type=int, default=2)
+    parser.add_argument("--ack-timeout", type=float, default=30.0,
+                        help="seconds without an ack (keep-alives count) before reconnecting")
+    parser.add_argument("--timeout", type=float, default=0.0, help="give up after this many seconds (0: never)")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS")
+    parser.add_argument("--tls-ca", default="", help="CA bundle for the server certificate")
+    parser.add_argument("--tls-cert", default="", help="client certificate (PEM)")
+    parser.add_argument("--tls-key", default="", help="client key (PEM)")
+    parser.add_argument("--tls-no-verify", action="store_true", help="do not verify the server certificate")
+
+
+def parse_line(line: bytes) -> Any:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {"message": line.decode("utf-8", "replace")}
+    return value if isinstance(value, dict) else {"message": value}
+
+
+async def send_lines(args: argparse.Namespace, lines: Any) -> int:
+    client = client_from_args(args)
+    sent = 0
+    try:
+        batch: list[Any] = []
+        futures = []
+        for raw in lines:
+            line = raw.rstrip(b"\r\n")
+            if not line.strip():
+                continue
+            batch.append(parse_line(line))
+            if len(batch) >= client.window_size:
+                futures.append(await client.send_window(batch))
+                sent += len(batch)
+                batch = []
+        if batch:
+            futures.append(await client.send_window(batch))
+            sent += len(batch)
+        await asyncio.gather(*futures)
+    finally:
+        await client.close()
+    print(f"sent {sent} events, all acknowledged", file=sys.stderr)
+    return 0
+
+
+def send_main(args: argparse.Namespace) -> int:
+    coro = send_lines(args, sys.stdin.buffer)
+    if args.timeout:
+        coro = asyncio.wait_for(coro, args.timeout)  # type: ignore[assignment]
+    try:
+        return asyncio.run(coro)
+    except asyncio.TimeoutError:
+        print(f"logport send lumberjack: not all events acknowledged within {args.timeout} s", file=sys.stderr)
+        return 1
