@@ -100,6 +100,15 @@ class LumberjackConfig:
     port: int = 5044
     segment: str = "lumberjack"
     tls: TLSConfig = field(default_factory=TLSConfig)
+    tag: str = "beats"  # tag of stored batches
+    tag_from_beat: bool = False  # tag = the event's @metadata.beat (e.g. "filebeat") when present
+    max_payload_size: int = 64 * MiB  # one J, D or C frame's payload
+    max_decompressed_size: int = 64 * MiB  # what one C frame may inflate to
+    max_window_size: int = 100000  # events one W frame may announce
+    keepalive_interval: float = 5.0  # seconds between keep-alive acks (A 0) while a window is stored
+    idle_timeout: float = 60.0  # close a connection silent this long (Logstash client_inactivity_timeout); 0 = never
+    max_connections: int = 1000
+    partial_window_delay: float = 0.2  # store (and ack) part of a window after its sender paused this long
 
 
 @dataclass
@@ -160,6 +169,17 @@ class LumberjackOutputConfig:
     segment: str = "lumberjack"
     host: str = "127.0.0.1"
     port: int = 5044
+    version: int = 2  # 2 (J frames, Beats) or 1 (D frames: string values only)
+    window_size: int = 2048  # events per window
+    compression_level: int = 3  # zlib level of the C frame; 0 = send frames uncompressed
+    windows_in_flight: int = 2  # windows sent before waiting for the first ack
+    ack_timeout: float = 30.0  # seconds without any ack (keep-alives count) before reconnecting
+    reconnect_delay: float = 1.0  # first delay after a failure; doubles up to 30 s
+    tls: bool = False
+    tls_ca: str = ""  # CA bundle that signs the server certificate; empty: the system's
+    tls_cert: str = ""  # client certificate (PEM), for servers that verify clients
+    tls_key: str = ""
+    tls_verify: bool = True  # verify the server certificate and host name
 
 
 @dataclass
@@ -330,6 +350,22 @@ def validate(config: Config) -> None:
     if g.max_event_size + 8 > g.max_message_size:
         raise ConfigError(f"config key 'segment.max_event_size' has value {g.max_event_size}; "
                           f"an Event message must fit segment.max_message_size {g.max_message_size}")
+    lj = config.lumberjack
+    for key in ("max_payload_size", "max_decompressed_size", "max_window_size", "keepalive_interval",
+                "max_connections", "partial_window_delay"):
+        _check_positive(f"lumberjack.{key}", getattr(lj, key))
+    _check_positive("lumberjack.idle_timeout", lj.idle_timeout, zero_ok=True)
+    if not lj.tag:
+        raise ConfigError("config key 'lumberjack.tag' must not be empty")
+    for i, out in enumerate(config.outputs.lumberjack):
+        where = f"outputs.lumberjack[{i}]"
+        _check_port(f"{where}.port", out.port)
+        if out.version not in (1, 2):
+            raise ConfigError(f"config key '{where}.version' has value {out.version}; it must be 1 or 2")
+        if not 0 <= out.compression_level <= 9:
+            raise ConfigError(f"config key '{where}.compression_level' has value {out.compression_level}; 0..9")
+        for key in ("window_size", "windows_in_flight", "ack_timeout", "reconnect_delay"):
+            _check_positive(f"{where}.{key}", getattr(out, key))
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
     for i, route in enumerate(config.routes):
