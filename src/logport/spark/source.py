@@ -81,8 +81,8 @@ class SegmentPlanner:
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.patterns = options.get("segments")
-        self.partition_bytes = _int_option(options, "partitionBytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES
-        self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
+        self.partition_bytes = _int_option(options, "partitionbytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES
+        self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self._access: SegmentAccess | None = None
 
     @property
@@ -177,8 +177,8 @@ class LogportBatchReader(DataSourceReader):
         planner = SegmentPlanner(self.options)
         try:
             names = planner.segments()
-            start = planner.resolve(_offset_spec(self.options, "startingOffsets", "earliest"), names, ending=False)
-            end = planner.resolve(_offset_spec(self.options, "endingOffsets", "latest"), names, ending=True)
+            start = planner.resolve(_offset_spec(self.options, "startingoffsets", "earliest"), names, ending=False)
+            end = planner.resolve(_offset_spec(self.options, "endingoffsets", "latest"), names, ending=True)
             for name in names:
                 start[name] = planner.check_start(name, start[name])
             return planner.ranges(start, end)
@@ -196,12 +196,12 @@ class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.planner = SegmentPlanner(options)
-        self.max_bytes = _int_option(options, "maxBytesPerTrigger", None)
-        self.max_rows = _int_option(options, "maxRowsPerTrigger", None)
+        self.max_bytes = _int_option(options, "maxbytespertrigger", None)
+        self.max_rows = _int_option(options, "maxrowspertrigger", None)
         self.target: Offsets | None = None  # Trigger.AvailableNow: never read past these
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
-        spec = _offset_spec(self.options, "startingOffsets", "earliest")
+        spec = _offset_spec(self.options, "startingoffsets", "earliest")
         return self.planner.resolve(spec, self.planner.segments(), ending=False)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -309,7 +309,8 @@ class LogportDataSource(DataSource):
         return SPARK_SCHEMA
 
     def _options(self) -> dict[str, Any]:
-        options = dict(self.options)
+        # Spark hands options over case-insensitively (lower-cased keys): look them up in lower case.
+        options = {key.lower(): value for key, value in self.options.items()}
         open_segments(options).close()  # fail at plan time on a missing or malformed path/server
         return options
 
