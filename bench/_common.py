@@ -51,7 +51,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[str(c) for c in columns]] + [[_fmt(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     for i, row in enumerate(cells):
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
         if i == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 

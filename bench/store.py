@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             raw_s = raw_write(work / "raw", frame, total)
             raw_mbs = total / raw_s / 1e6
             for writers in (int(w) for w in args.writers.split(",")):
-                elapsed, lat = run_async(lambda: store_append(work / "store", frame, writers, total, args.fsync))
+                elapsed, lat = run_async(lambda f=frame, w=writers, t=total: store_append(work / "store", f, w, t, args.fsync))
                 grouped_mbs = total / raw_write(work / "raw", frame, total, sync_every=frame * writers) / 1e6
                 appended = len(lat) * frame
                 mbs = appended / elapsed / 1e6

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logport.batch import BatchDecodeError, Entry, decode_batch, encode_batch, event_time, iter_entries, pack_entry
+from logport.batch import (
+    BatchDecodeError,
+    Entry,
+    decode_batch,
+    encode_batch,
+    event_time,
+    iter_entries,
+    pack_entry,
+)
 
 
 def test_round_trip_keeps_nanoseconds() -> None:

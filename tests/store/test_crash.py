@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from logport.config import StoreConfig
-from logport.store import SegmentStore
-from logport.store import frames
+from logport.store import SegmentStore, frames
 from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.reader import DirectoryReader
 
@@ -53,7 +52,7 @@ def recover(data_dir: Path) -> None:
 def check_files(data_dir: Path, acked: set[int]) -> int:
     seg_dir = data_dir / "segments" / "crash"
     bases = list_chunk_bases(seg_dir)
-    for base, nxt in zip(bases, bases[1:]):
+    for base, nxt in zip(bases, bases[1:], strict=False):
         assert base + chunk_path(seg_dir, base).stat().st_size == nxt
     last = chunk_path(seg_dir, bases[-1]).read_bytes()
     assert frames.complete_prefix(last) == len(last), "bytes follow the last intact frame"

@@ -13,8 +13,7 @@ import pytest
 
 from logport.config import StoreConfig
 from logport.errors import StoreWriteFailed
-from logport.store import SegmentStore, WriterCondition
-from logport.store import frames
+from logport.store import SegmentStore, WriterCondition, frames
 from logport.store.reader import DirectoryReader
 
 

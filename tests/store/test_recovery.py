@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logport.config import StoreConfig
-from logport.store import SegmentStore, WriterCondition
-from logport.store import frames
+from logport.store import SegmentStore, WriterCondition, frames
 from logport.store.files import chunk_path, list_chunk_bases
 
 

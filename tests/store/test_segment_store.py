@@ -19,8 +19,7 @@ from logport.errors import (
     StoreLimitExceeded,
     WriterOffsetMismatch,
 )
-from logport.store import SegmentStore, WriterCondition
-from logport.store import frames
+from logport.store import SegmentStore, WriterCondition, frames
 from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.reader import DirectoryReader
 
@@ -91,7 +90,7 @@ async def test_chunks_roll_and_survive_reopen(tmp_path: Path) -> None:
     seg_dir = tmp_path / "segments" / "s"
     bases = list_chunk_bases(seg_dir)
     assert bases[0] == 0
-    for base, nxt in zip(bases, bases[1:]):
+    for base, nxt in zip(bases, bases[1:], strict=False):
         assert base + chunk_path(seg_dir, base).stat().st_size == nxt  # byte-addressed, no gaps
         assert nxt - base <= 1024
     store = await SegmentStore.open(cfg)

@@ -132,7 +132,7 @@ class SegmentStore:
                     f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
                 )
         segment = await self._get_or_create(name) if create else self.segment(name)
-        parts: list[bytes | memoryview] = []
+        parts: list[bytes | bytearray | memoryview] = []
         pack = frames.HEADER.pack
         for body in bodies:
             parts.append(pack(frames.EVENT, len(body)))
