@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logport.errors import OffsetTruncated
-from logport.store import SegmentStore
-from logport.store import frames
+from logport.store import SegmentStore, frames
 from logport.store.files import fsync_dir
 
 CHECKPOINT_DIR = "outputs"
