@@ -12,6 +12,7 @@ import logging
 import signal
 
 from logport.config import Config
+from logport.errors import LogportError
 from logport.metrics import Metrics
 from logport.routing import Router
 from logport.runtime import Runtime, Service
@@ -34,6 +35,10 @@ OUTPUTS: dict[str, str] = {
 }
 
 
+class ListenerError(LogportError):
+    """A listener could not start (its port is taken, its address does not exist)."""
+
+
 class Hub:
     def __init__(self, config: Config, *, serve_metrics: bool = True) -> None:
         self.config = config
@@ -53,7 +58,14 @@ class Hub:
         try:
             for name, module in LISTENERS.items():
                 if getattr(cfg, name).enabled:
-                    self.services[name] = await importlib.import_module(module).start(runtime)
+                    try:
+                        self.services[name] = await importlib.import_module(module).start(runtime)
+                    except OSError as e:
+                        section = getattr(cfg, name)
+                        port = getattr(section, "port", None) or getattr(section, "router_port", "")
+                        raise ListenerError(
+                            f"{name} listener could not start on {section.bind}:{port}: {e.strerror or e}"
+                        ) from e
                     log.info("listener started", extra={"listener": name})
             for kind, module in OUTPUTS.items():
                 for out in getattr(cfg.outputs, kind):

@@ -48,3 +48,26 @@ async def test_hub_restart_keeps_the_data(tmp_path: Path) -> None:
     runtime = await hub.start()
     assert runtime.store.info("s").end_offset == 12
     await hub.stop()
+
+
+async def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    from logport.hub import ListenerError
+
+    config = config_without_listeners(tmp_path)
+    config.forward.enabled = True
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config.forward.port = taken.getsockname()[1]
+        hub = Hub(config, serve_metrics=False)
+        try:
+            await hub.start()
+        except ListenerError as e:
+            assert f"forward listener could not start on 127.0.0.1:{config.forward.port}" in str(e)
+            assert "in use" in str(e)
+        else:
+            await hub.stop()
+            raise AssertionError("the hub started on a taken port")
+    assert hub.runtime is None  # the store was closed again
