@@ -287,6 +287,7 @@ class SegmentAppender:
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._closing = False
+        self._set_up = False  # the current session got its AppendSetup
 
     async def start(self) -> SegmentAppender:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -358,15 +359,17 @@ class SegmentAppender:
         delay = self.reconnect_delay
         failing_since: float | None = None
         while not self._closing:
+            self._set_up = False
             try:
                 await self._session()
-                failing_since = None
-                delay = self.reconnect_delay
             except errors.AuthenticationError as e:
                 self._fail(e)
                 return
             except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError, SegmentRequestFailed) as e:
                 # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
+                if self._set_up:  # that session worked: start the back-off afresh
+                    failing_since = None
+                    delay = self.reconnect_delay
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.retry_for:
@@ -410,6 +413,7 @@ class SegmentAppender:
             raise reply_error(reply)
         assert isinstance(reply, sp.AppendSetup)
         self._resume_from(reply.ack_level)
+        self._set_up = True
         self._sent = 0
         self._sent_offset = reply.ack_level
         lost = self._lost

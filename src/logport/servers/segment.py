@@ -64,6 +64,7 @@ class _Writer:
     previous: asyncio.Task[None] | None  # the pipeline this SetupAppend replaced
     queue: list[sp.AppendBlock] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     task: asyncio.Task[None] | None = None
     failed: bool = False  # refused a block: later blocks are dropped until the next SetupAppend
     closed: bool = False
@@ -142,6 +143,9 @@ class SegmentServerProtocol(asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._closing = False
+        # requests other than reads and append blocks are answered one at a time, in order
+        self._control: asyncio.Queue[sp.Message | _Writer] = asyncio.Queue()
+        self._control_task: asyncio.Task[None] | None = None
 
     # --- transport callbacks ---
 
@@ -152,14 +156,18 @@ class SegmentServerProtocol(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.server.connections.add(self)
         self.server.metrics.connections.inc()
+        self._control_task = asyncio.get_running_loop().create_task(self._run_control())
+        self._control_task.add_done_callback(self._task_done)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._can_write.set()
         self.server.connections.discard(self)
         self.server.metrics.connections.dec()
+        if self._control_task is not None:
+            self._control_task.cancel()
         for task in list(self.tasks):
-            task.cancel()  # reads and management replies; append pipelines finish what they hold
+            task.cancel()  # reads; append pipelines finish what they hold
         for writer in self.writers.values():
             writer.closed = True
             writer.wake.set()
@@ -213,7 +221,7 @@ class SegmentServerProtocol(asyncio.Protocol):
             self.transport.close()
 
     def busy(self) -> bool:
-        return bool(self.tasks) or any(w.queue for w in self.writers.values())
+        return bool(self.tasks) or not self._control.empty() or any(w.queue for w in self.writers.values())
 
     async def finish(self) -> None:
         """Wait for the append pipelines (so nothing queued is lost), cancel the rest."""
@@ -273,22 +281,28 @@ class SegmentServerProtocol(asyncio.Protocol):
             self.reply(sp.AuthenticationFailed(reason))
             self.close()
             return
-        if isinstance(event, sp.Authenticate):
-            self.reply(sp.Authenticated())
+        if isinstance(event, sp.ReadSegment):
+            self._spawn(self._read(event))  # concurrent: a read may wait at the tail
         elif isinstance(event, sp.SetupAppend):
-            self._setup_append(event)
-        elif isinstance(event, sp.ReadSegment):
-            self._spawn(self._read(event))
-        elif isinstance(event, sp.GetSegmentInfo):
-            self._info(event.segment)
-        elif isinstance(event, sp.ListSegments):
-            self.reply(sp.SegmentList(tuple(self.store.names())))
-        elif isinstance(event, sp.CreateSegment):
-            self._spawn(self._manage(event))
-        elif isinstance(event, sp.SealSegment | sp.TruncateSegment):
-            self._spawn(self._manage(event))
-        else:  # the sans-IO layer lets through only requests; this is a bug if reached
-            raise errors.LocalProtocolError(f"no handler for {type(event).__name__}")
+            self._control.put_nowait(self._setup_append(event))
+        else:
+            self._control.put_nowait(event)
+
+    async def _run_control(self) -> None:
+        while True:
+            request = await self._control.get()
+            if isinstance(request, _Writer):
+                await self._setup_writer(request)
+            elif isinstance(request, sp.Authenticate):
+                self.reply(sp.Authenticated())
+            elif isinstance(request, sp.GetSegmentInfo):
+                self._info(request.segment)
+            elif isinstance(request, sp.ListSegments):
+                self.reply(sp.SegmentList(tuple(self.store.names())))
+            elif isinstance(request, sp.CreateSegment | sp.SealSegment | sp.TruncateSegment):
+                await self._manage(request)
+            else:  # the sans-IO layer lets through only requests; this is a bug if reached
+                raise errors.LocalProtocolError(f"no handler for {type(request).__name__}")
 
     def _error_reply(self, segment: str, e: errors.StoreError) -> sp.Message:
         if isinstance(e, errors.NoSuchSegment):
@@ -368,7 +382,8 @@ class SegmentServerProtocol(asyncio.Protocol):
 
     # --- appends ---
 
-    def _setup_append(self, request: sp.SetupAppend) -> None:
+    def _setup_append(self, request: sp.SetupAppend) -> _Writer:
+        """Blocks that follow at once queue on the new writer; the control task answers the setup."""
         old = self.writers.get(request.connection_id)
         if old is not None:
             old.closed = True
@@ -376,6 +391,27 @@ class SegmentServerProtocol(asyncio.Protocol):
         writer = _Writer(request.connection_id, request.segment, old.task if old else None)
         self.writers[request.connection_id] = writer
         writer.task = asyncio.get_running_loop().create_task(self._run_writer(writer))
+        return writer
+
+    async def _setup_writer(self, writer: _Writer) -> None:
+        if writer.previous is not None:  # its in-flight appends move the ack level
+            await asyncio.gather(writer.previous, return_exceptions=True)
+        segment = writer.segment
+        try:
+            check_segment_name(segment)
+            if not self.store.exists(segment):
+                if not self.config.auto_create:
+                    raise errors.NoSuchSegment(segment)
+                await self.store.create(segment)
+            if self.store.info(segment).sealed:
+                raise errors.SegmentSealed(segment)
+        except errors.StoreError as e:
+            self.reply(self._error_reply(segment, e))
+            writer.ready.set_result(False)
+            return
+        self.reply(sp.AppendSetup(segment, writer.connection_id,
+                                  self.store.writer_offset(segment, writer.connection_id.bytes)))
+        writer.ready.set_result(True)
 
     def _append_block(self, block: sp.AppendBlock) -> None:
         writer = self.writers.get(block.connection_id)
@@ -402,24 +438,12 @@ class SegmentServerProtocol(asyncio.Protocol):
                 self.transport.resume_reading()
 
     async def _run_writer(self, writer: _Writer) -> None:
-        if writer.previous is not None:
-            await asyncio.gather(writer.previous, return_exceptions=True)
         segment = writer.segment
         key = writer.connection_id.bytes
-        try:
-            check_segment_name(segment)
-            if not self.store.exists(segment):
-                if not self.config.auto_create:
-                    raise errors.NoSuchSegment(segment)
-                await self.store.create(segment)
-            if self.store.info(segment).sealed:
-                raise errors.SegmentSealed(segment)
-        except errors.StoreError as e:
+        if not await writer.ready:
             writer.failed = True
-            self.reply(self._error_reply(segment, e))
             self._drop_queue(writer)
             return
-        self.reply(sp.AppendSetup(segment, writer.connection_id, self.store.writer_offset(segment, key)))
         while True:
             if not writer.queue:
                 if writer.closed:

@@ -1,0 +1,450 @@
+"""The segment listener in a hub, spoken to byte for byte and with logport's own clients."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import uuid
+from pathlib import Path
+
+import pytest
+
+from logport import errors
+from logport.batch import encode_batch
+from logport.clients import segment as client
+from logport.config import Config, StoreConfig
+from logport.hub import Hub
+from logport.protocols import segment as sp
+from logport.store import frames
+from logport.store.reader import DirectoryReader
+from tests.conftest import free_port
+
+CID = uuid.UUID(int=0xABC)
+
+
+def hub_config(tmp_path: Path, **segment: object) -> Config:
+    config = Config()
+    config.store = StoreConfig(data_dir=str(tmp_path / "data"))
+    config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
+    config.metrics.enabled = False
+    config.segment.port = free_port()
+    config.segment.keepalive_interval = 0.05
+    for key, value in segment.items():
+        setattr(config.segment, key, value)
+    return config
+
+
+@pytest.fixture
+async def hub(tmp_path: Path):  # type: ignore[no-untyped-def]
+    h = Hub(hub_config(tmp_path), serve_metrics=False)
+    await h.start()
+    yield h
+    await h.stop()
+
+
+class Peer:
+    """A raw connection: exact bytes out, decoded replies in."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.conn = sp.Connection(sp.Role.CLIENT)
+
+    @classmethod
+    async def open(cls, port: int) -> Peer:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, *messages: sp.Message | bytes) -> None:
+        for m in messages:
+            self.writer.write(m if isinstance(m, bytes) else sp.encode(m))
+        await self.writer.drain()
+
+    async def reply(self, timeout: float = 5.0, *, keepalives: bool = False) -> sp.Message:
+        while True:
+            event = self.conn.next_event()
+            if event is sp.NEED_DATA:
+                data = await asyncio.wait_for(self.reader.read(1 << 20), timeout)
+                if not data:
+                    raise ConnectionError("closed")
+                self.conn.receive_data(data)
+                continue
+            assert isinstance(event, sp.Message)
+            if isinstance(event, sp.KeepAlive) and not keepalives:
+                continue
+            return event
+
+    async def closed(self) -> bool:
+        try:
+            return await asyncio.wait_for(self.reader.read(1 << 20), 5) == b""
+        except ConnectionError:
+            return True
+
+    async def close(self) -> None:
+        self.writer.close()
+
+
+def port_of(hub: Hub) -> int:
+    return hub.config.segment.port
+
+
+def events_of(hub: Hub, segment: str) -> list[bytes]:
+    reader = DirectoryReader(hub.config.store.data_dir)
+    return [bytes(body) for _, body in reader.iter_events(segment)]
+
+
+EV = sp.event_messages([b"one", b"two", b"three"])
+
+
+async def test_setup_append_ack_and_exactly_once(hub: Hub) -> None:
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "logs"))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+    await peer.send(sp.encode_block(CID, 0, EV))
+    assert await peer.reply() == sp.DataAppended(CID, len(EV))
+    # a retransmission of the same block: acknowledged, not stored again
+    await peer.send(sp.encode_block(CID, 0, EV))
+    assert await peer.reply() == sp.DataAppended(CID, len(EV))
+    assert events_of(hub, "logs") == [b"one", b"two", b"three"]
+    await peer.close()
+    # a new connection with the same id learns the stored ack level
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "logs"))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, len(EV))
+    # a gap is refused
+    await peer.send(sp.encode_block(CID, len(EV) + 5, sp.event_messages([b"late"])))
+    assert await peer.reply() == sp.WrongConnectionOffset(CID, len(EV), len(EV) + 5)
+    assert events_of(hub, "logs") == [b"one", b"two", b"three"]
+    await peer.close()
+
+
+async def test_ack_level_survives_a_restart(tmp_path: Path) -> None:
+    config = hub_config(tmp_path)
+    h = Hub(config, serve_metrics=False)
+    await h.start()
+    peer = await Peer.open(config.segment.port)
+    await peer.send(sp.SetupAppend(CID, "logs"), sp.encode_block(CID, 0, EV))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+    assert await peer.reply() == sp.DataAppended(CID, len(EV))
+    await peer.close()
+    await h.stop()
+    h = Hub(config, serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(config.segment.port)
+        await peer.send(sp.SetupAppend(CID, "logs"))
+        assert await peer.reply() == sp.AppendSetup("logs", CID, len(EV))
+        await peer.close()
+    finally:
+        await h.stop()
+
+
+async def test_retransmission_with_other_block_boundaries_stores_only_the_new_part(hub: Hub) -> None:
+    a = sp.event_messages([b"a1", b"a2"])
+    b = sp.event_messages([b"b1"])
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "logs"), sp.encode_block(CID, 0, a))
+    await peer.reply()
+    assert await peer.reply() == sp.DataAppended(CID, len(a))
+    await peer.send(sp.encode_block(CID, 0, a + b))  # the client re-cut its blocks after a lost ack
+    assert await peer.reply() == sp.DataAppended(CID, len(a + b))
+    assert events_of(hub, "logs") == [b"a1", b"a2", b"b1"]
+    await peer.close()
+
+
+async def test_split_event_and_several_connection_ids_on_one_connection(hub: Hub) -> None:
+    other = uuid.UUID(int=99)
+    x = sp.event_messages([b"x" * 100, b"y" * 50])
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "left"), sp.SetupAppend(other, "right"),
+                    sp.encode_block(CID, 0, x, split_at=len(x) - 20, fragment=7),
+                    sp.encode_block(other, 0, x[:108]), sp.encode_block(other, 108, x[108:], split_at=30))
+    replies = []
+    while sp.DataAppended(CID, len(x)) not in replies or sp.DataAppended(other, len(x)) not in replies:
+        replies.append(await peer.reply())
+    assert sp.AppendSetup("left", CID, 0) in replies
+    assert sp.AppendSetup("right", other, 0) in replies
+    assert events_of(hub, "left") == [b"x" * 100, b"y" * 50]
+    assert events_of(hub, "right") == [b"x" * 100, b"y" * 50]
+    await peer.close()
+
+
+async def test_append_before_setup_is_a_protocol_violation(hub: Hub) -> None:
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.encode_block(CID, 0, EV))
+    reply = await peer.reply()
+    assert isinstance(reply, sp.ProtocolViolation) and "without SetupAppend" in reply.message
+    assert await peer.closed()
+
+
+async def test_garbage_gets_a_protocol_violation_and_the_connection_closes(hub: Hub) -> None:
+    peer = await Peer.open(port_of(hub))
+    await peer.send(struct.pack(">iI", 4242, 0))
+    reply = await peer.reply()
+    assert reply == sp.ProtocolViolation("unknown message type 4242")
+    assert await peer.closed()
+
+
+async def test_message_too_large(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, max_event_size=1000), serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.SetupAppend(CID, "logs"))
+        await peer.reply()
+        await peer.send(sp.BeginAppendBlock(CID, 0, 2000), struct.pack(">iI", 0, 1001))
+        assert await peer.reply() == sp.MessageTooLarge("event", 1001, "max_event_size", 1000)
+        assert await peer.closed()
+        peer = await Peer.open(port_of(h))
+        await peer.send(struct.pack(">iI", 66, 1 << 24))
+        assert await peer.reply() == sp.MessageTooLarge("message", 1 << 24, "max_message_size", (1 << 24) - 1)
+    finally:
+        await h.stop()
+
+
+async def test_invalid_names_and_missing_segments(hub: Hub) -> None:
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "../etc"))
+    reply = await peer.reply()
+    assert isinstance(reply, sp.InvalidSegmentName) and reply.segment == "../etc"
+    await peer.send(sp.ReadSegment("nope", 0, 10, 0))
+    assert await peer.reply() == sp.NoSuchSegment("nope")
+    await peer.send(sp.GetSegmentInfo("nope"))
+    assert await peer.reply() == sp.NoSuchSegment("nope")
+    await peer.send(sp.SealSegment("nope"))
+    assert await peer.reply() == sp.NoSuchSegment("nope")
+    await peer.close()
+
+
+async def test_no_auto_create(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, auto_create=False), serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.SetupAppend(CID, "logs"))
+        assert await peer.reply() == sp.NoSuchSegment("logs")
+        await peer.send(sp.CreateSegment("logs"), sp.SetupAppend(CID, "logs"))
+        assert await peer.reply() == sp.SegmentCreated("logs", True)
+        assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+    finally:
+        await h.stop()
+
+
+async def test_management(hub: Hub) -> None:
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.CreateSegment("a"))
+    assert await peer.reply() == sp.SegmentCreated("a", True)
+    await peer.send(sp.CreateSegment("a"))
+    assert await peer.reply() == sp.SegmentCreated("a", False)
+    await peer.send(sp.CreateSegment("b"))
+    await peer.reply()
+    await peer.send(sp.ListSegments())
+    assert await peer.reply() == sp.SegmentList(("a", "b"))
+    await peer.send(sp.SetupAppend(CID, "a"), sp.encode_block(CID, 0, EV))
+    await peer.reply()
+    await peer.reply()
+    await peer.send(sp.GetSegmentInfo("a"))
+    info = await peer.reply()
+    assert isinstance(info, sp.SegmentInfoReply) and info.start_offset == 0 and not info.sealed
+    end = info.end_offset
+    await peer.send(sp.TruncateSegment("a", end + 1))
+    assert isinstance(await peer.reply(), sp.OperationFailed)
+    second = [o for o, _ in DirectoryReader(hub.config.store.data_dir).iter_events("a")][1]
+    await peer.send(sp.TruncateSegment("a", second))
+    assert await peer.reply() == sp.SegmentTruncated("a", second)
+    await peer.send(sp.ReadSegment("a", 0, 100, 0))
+    assert await peer.reply() == sp.SegmentIsTruncated("a", second)
+    await peer.send(sp.SealSegment("a"))
+    assert await peer.reply() == sp.SegmentSealed("a", end)
+    await peer.send(sp.ReadSegment("a", end, 100))
+    assert await peer.reply() == sp.SegmentRead.make("a", end, True, True, b"")
+    await peer.send(sp.encode_block(CID, len(EV), sp.event_messages([b"more"])))
+    assert await peer.reply() == sp.SegmentIsSealed("a")
+    await peer.send(sp.SetupAppend(uuid.UUID(int=1), "a"))
+    assert await peer.reply() == sp.SegmentIsSealed("a")
+    await peer.close()
+
+
+async def test_read_is_answered_in_capped_replies(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, read_reply_max=1000), serve_metrics=False)
+    await h.start()
+    try:
+        bodies = [bytes([i]) * 300 for i in range(20)]
+        await h.runtime.store.append("logs", bodies)
+        end = h.runtime.store.info("logs").end_offset
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.ReadSegment("logs", 0, 10_000_000, 0))
+        data = b""
+        while True:
+            reply = await peer.reply()
+            assert isinstance(reply, sp.SegmentRead) and reply.offset == len(data)
+            assert len(reply.data) <= 1000
+            data += reply.data
+            if reply.at_tail:
+                break
+        assert len(data) == end
+        assert [bytes(b) for _, t, b in frames.iter_frames(data) if t == 0] == bodies
+        # a suggested length is honoured exactly, over several replies
+        await peer.send(sp.ReadSegment("logs", 0, 2500, 0))
+        got = [await peer.reply() for _ in range(3)]
+        assert [len(r.data) for r in got] == [1000, 1000, 500]  # type: ignore[union-attr]
+        assert not any(r.at_tail for r in got)  # type: ignore[union-attr]
+    finally:
+        await h.stop()
+
+
+async def test_tail_read_waits_with_keepalives_then_gets_the_data(hub: Hub) -> None:
+    store = hub.runtime.store
+    await store.create("logs")
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.ReadSegment("logs", 0, 1000, 5000))
+    first = await peer.reply(keepalives=True)
+    assert first == sp.KeepAlive()  # keepalive_interval is 0.05 s
+    result = await store.append("logs", [b"late event"])
+    while isinstance(reply := await peer.reply(keepalives=True), sp.KeepAlive):
+        pass
+    assert reply == sp.SegmentRead.make("logs", 0, True, False, frames.frame_events([b"late event"]))
+    assert result.end_offset == len(reply.data)  # type: ignore[union-attr]
+    # the server's wait runs out: an empty reply at the tail
+    await peer.send(sp.ReadSegment("logs", result.end_offset, 1000, 120))
+    assert await peer.reply() == sp.SegmentRead.make("logs", result.end_offset, True, False, b"")
+    await peer.close()
+
+
+async def test_token(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, token="s3cret"), serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.ListSegments())
+        assert await peer.reply() == sp.AuthenticationFailed("authentication required")
+        assert await peer.closed()
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.Authenticate("wrong"))
+        assert await peer.reply() == sp.AuthenticationFailed("wrong token")
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.Authenticate("s3cret"), sp.ListSegments())
+        assert await peer.reply() == sp.Authenticated()
+        assert await peer.reply() == sp.SegmentList(())
+        with pytest.raises(errors.AuthenticationError):
+            await asyncio.to_thread(client.BlockingSegmentClient, "127.0.0.1", port_of(h), token="nope")
+        c = await asyncio.to_thread(client.BlockingSegmentClient, "127.0.0.1", port_of(h), token="s3cret")
+        assert await asyncio.to_thread(c.list_segments) == []
+        c.close()
+        async with client.SegmentAppender("127.0.0.1", port_of(h), "t", token="s3cret") as app:
+            await app.append(b"authenticated")
+        bad = client.SegmentAppender("127.0.0.1", port_of(h), "t", token="nope")
+        await bad.start()
+        await bad.append(b"x")
+        with pytest.raises(errors.AuthenticationError):
+            await bad.flush()
+        await bad.close(flush=False)
+    finally:
+        await h.stop()
+
+
+# --- logport's own clients ---
+
+
+async def test_appender_reconnects_and_delivers_exactly_once(hub: Hub) -> None:
+    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", block_size=4096, linger=0.0005)
+    await app.start()
+    for i in range(3000):
+        await app.append(b"event-%05d" % i)
+        if i % 500 == 250:
+            await asyncio.sleep(0.1)  # reconnect, let some of it go out, then cut the connection
+            app.abort_connection()
+    await app.close()
+    assert app.reconnects >= 5
+    assert events_of(hub, "logs") == [b"event-%05d" % i for i in range(3000)]
+
+
+async def test_appender_back_pressure(hub: Hub) -> None:
+    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", max_unacked_bytes=10_000, linger=0)
+    await app.start()
+    peak = 0
+    for i in range(200):
+        await app.append(b"x" * 1000)
+        peak = max(peak, app._unacked_bytes)
+    await app.close()
+    assert peak < 10_000 + 1008
+    assert len(events_of(hub, "logs")) == 200
+
+
+async def test_reader_events_entries_and_follow(hub: Hub) -> None:
+    store = hub.runtime.store
+    batch = encode_batch("app.web", [(1700000000, 5, {"msg": "hi"}), (1700000001, 0, {"msg": "there"})],
+                         {"size": 2, "source": "forward"})
+    await store.append("mixed", [batch, b"opaque"])
+    async with client.SegmentReader("127.0.0.1", port_of(hub)) as reader:
+        got = [(off, idx, e) async for off, idx, e in reader.entries("mixed")]
+        assert [e.record for _, _, e in got[:2]] == [{"msg": "hi"}, {"msg": "there"}]  # type: ignore[union-attr]
+        assert got[2][2] == b"opaque"
+        assert await reader.list_segments() == ["mixed"]
+
+        async def follow() -> list[bytes]:
+            out = []
+            async for _, body in reader.events("mixed", follow=True, wait=0.2):
+                out.append(bytes(body))
+                if len(out) == 4:
+                    return out
+            return out
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(0.3)  # the reader is waiting at the tail (keep-alives flowing)
+        await store.append("mixed", [b"x" * 3_000_000])  # bigger than one reply
+        await store.append("mixed", [b"after"])
+        out = await asyncio.wait_for(task, 10)
+        assert out[2:] == [b"x" * 3_000_000, b"after"]
+        await store.seal("mixed")
+        assert len([b async for _, b in reader.events("mixed", follow=True)]) == 4  # ends at the seal
+
+
+async def test_blocking_client_matches_the_directory_reader(hub: Hub) -> None:
+    store = hub.runtime.store
+    for i in range(50):
+        await store.append("s1", [b"e%d" % i * (i * 1000 + 1)])
+    await store.append("s2", [b"tiny"], writer=None)
+    port = port_of(hub)
+
+    def blocking() -> None:
+        with client.BlockingSegmentClient("127.0.0.1", port, read_size=10_000) as c:
+            assert c.list_segments() == ["s1", "s2"]
+            start, end, sealed = c.info("s1")
+            direct = DirectoryReader(hub.config.store.data_dir)
+            assert (start, end, sealed) == direct.bounds("s1")
+            want = [(o, t, bytes(b)) for o, t, b in direct.iter_frames("s1", start, end)]
+            assert [(o, t, bytes(b)) for o, t, b in c.iter_frames("s1", start, end)] == want
+            # a sub-range on frame boundaries: frames wholly inside it
+            mid = want[10][0]
+            assert [o for o, _, _ in c.iter_frames("s1", mid, want[20][0])] == [o for o, _, _ in want[10:20]]
+            assert [o for o, _, _ in c.iter_frames("s1", mid, want[20][0] + 5)] == [o for o, _, _ in want[10:20]]
+            with pytest.raises(errors.NoSuchSegment):
+                c.info("missing")
+            assert c.create("s3") is True
+            assert c.seal("s3") == 0
+            assert c.info("s3") == (0, 0, True)
+
+    await asyncio.to_thread(blocking)
+
+
+async def test_cat_from_server_and_send(hub: Hub) -> None:
+    port = port_of(hub)
+    parser = __import__("argparse").ArgumentParser()
+    client.add_send_arguments(parser)
+    args = parser.parse_args(["lines", "--server", f"127.0.0.1:{port}"])
+    assert await client._send(args, io.BytesIO(b"first line\nsecond\nno newline")) == 0
+    assert events_of(hub, "lines") == [b"first line", b"second", b"no newline"]
+    out = io.StringIO()
+    assert await client.cat_from_server(f"127.0.0.1:{port}", "lines", None, False, out) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and '"raw":"Zmlyc3QgbGluZQ=="' in lines[0]
+
+
+async def test_idle_connections_are_closed(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, idle_timeout=0.2), serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(port_of(h))
+        assert await peer.closed()
+    finally:
+        await h.stop()
