@@ -1,0 +1,487 @@
+"""Fluentd Forward sender: every mode, gzip, EventTime, acks with timeout and retry, the handshake, TLS,
+weighted servers with standbys, heartbeats and a phi-accrual failure detector; and `logport send forward`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import math
+import os
+import random
+import socket
+import ssl
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from logport import tls as tls_contexts
+from logport.batch import pack_entries
+from logport.errors import AuthenticationError, LogportError, ProtocolError
+from logport.protocols import forward as fp
+
+log = logging.getLogger("logport.forward.client")
+
+Mode = fp.Mode
+
+
+class SendFailed(LogportError):
+    """No server acknowledged a chunk within the retries."""
+
+
+@dataclass
+class ServerAddress:
+    host: str = "127.0.0.1"
+    port: int = 24224
+    weight: int = 60
+    standby: bool = False
+
+    @classmethod
+    def parse(cls, text: str, *, standby: bool = False) -> ServerAddress:
+        """`host:port[:weight]`."""
+        parts = text.rsplit(":", 2) if text.count(":") >= 2 and not text.startswith("[") else text.rsplit(":", 1)
+        host = parts[0] or "127.0.0.1"
+        port = int(parts[1]) if len(parts) > 1 else 24224
+        weight = int(parts[2]) if len(parts) > 2 else 60
+        return cls(host, port, weight, standby)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class SenderConfig:
+    servers: list[ServerAddress] = field(default_factory=lambda: [ServerAddress()])
+    mode: fp.Mode = fp.Mode.PACKED_FORWARD
+    compress: str = ""  # "gzip" or "zstd": CompressedPackedForward
+    require_ack: bool = True
+    ack_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    retries: int = 5  # attempts per chunk, each on the next healthy server
+    retry_wait: float = 0.5  # doubles per attempt, at most 30 s
+    shared_key: str = ""
+    username: str = ""
+    password: str = ""
+    hostname: str = field(default_factory=socket.gethostname)
+    tls: ssl.SSLContext | None = None
+    server_hostname: str | None = None  # TLS SNI / certificate name; default: the server's host
+    keepalive: bool = True  # keep a connection per server between sends
+    keepalive_timeout: float = 60.0  # close a kept connection idle this long
+    heartbeat: str = "none"  # "transport" (TCP connect), "udp" (0x00 datagram) or "none"
+    heartbeat_interval: float = 1.0
+    phi_threshold: float = 16.0  # failure detector: a server is down above this phi
+    hard_timeout: float = 60.0  # and in any case when no heartbeat came for this long
+    salt: str | None = None  # PING salt; None = random per connection (fixed only to replay recordings)
+
+
+class FailureDetector:
+    """Phi accrual (Hayashibara et al., as Fluentd out_forward): suspicion grows with heartbeat silence."""
+
+    def __init__(self, threshold: float, hard_timeout: float, window: int = 100) -> None:
+        self.threshold = threshold
+        self.hard_timeout = hard_timeout
+        self.intervals: deque[float] = deque(maxlen=window)
+        self.last: float | None = None
+
+    def heartbeat(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if self.last is not None:
+            self.intervals.append(now - self.last)
+        self.last = now
+
+    def phi(self, now: float | None = None) -> float:
+        if self.last is None or not self.intervals:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        mean = sum(self.intervals) / len(self.intervals)
+        variance = sum((x - mean) ** 2 for x in self.intervals) / len(self.intervals)
+        std = max(math.sqrt(variance), mean / 4, 1e-3)
+        t = now - self.last
+        # P(interval > t) under a normal model; phi = -log10 of it
+        p_later = 0.5 * math.erfc((t - mean) / (std * math.sqrt(2)))
+        return -math.log10(max(p_later, 1e-300))
+
+    def available(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if self.last is not None and now - self.last > self.hard_timeout:
+            return False
+        return self.phi(now) <= self.threshold
+
+
+class ServerLink(asyncio.Protocol):
+    """One TCP (or TLS) connection to a server: the handshake, then chunks out and acks in."""
+
+    def __init__(self, address: ServerAddress, config: SenderConfig) -> None:
+        self.address = address
+        self.config = config
+        self.conn = fp.ClientConnection(shared_key=config.shared_key, hostname=config.hostname,
+                                        username=config.username, password=config.password, peer=str(address),
+                                        salt=config.salt)
+        self.transport: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.acks: dict[str | bytes, asyncio.Future[None]] = {}
+        self.closed = False
+        self.last_used = time.monotonic()
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if not self.config.shared_key:
+            self.ready.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+        try:
+            while (event := self.conn.next_event()) is not fp.NEED_DATA:
+                if isinstance(event, fp.Helo):
+                    assert self.transport is not None
+                    self.transport.write(self.conn.ping())
+                elif isinstance(event, fp.Pong):
+                    if not self.ready.done():
+                        self.ready.set_result(None)
+                elif isinstance(event, fp.Ack):
+                    waiter = self.acks.pop(event.chunk, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
+        except ProtocolError as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(e)
+        for waiter in self.acks.values():
+            if not waiter.done():
+                waiter.set_exception(e)
+        self.acks.clear()
+        self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        error = ConnectionError(f"connection to {self.address} closed" + (f": {exc}" if exc else ""))
+        if not self.ready.done():
+            # Fluent Bit closes on a wrong key without a PONG
+            self.ready.set_exception(AuthenticationError(f"{self.address} closed the connection during the "
+                                                         "handshake", peer=str(self.address))
+                                     if self.config.shared_key else error)
+        for waiter in self.acks.values():
+            if not waiter.done():
+                waiter.set_exception(error)
+        self.acks.clear()
+        self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def send(self, messages: Sequence[tuple[bytes, str | bytes | None]]) -> None:
+        """Write (message, chunk) pairs; return once every chunk is acked (or at once without acks)."""
+        if self.closed or self.transport is None:
+            raise ConnectionError(f"connection to {self.address} is closed")
+        loop = asyncio.get_running_loop()
+        waiters = []
+        for message, chunk in messages:
+            if chunk is not None:
+                waiter = loop.create_future()
+                self.acks[chunk] = waiter
+                waiters.append(waiter)
+            self.transport.write(message)
+            await self._writable.wait()
+        self.last_used = time.monotonic()
+        if waiters:
+            try:
+                await asyncio.wait_for(asyncio.gather(*waiters), self.config.ack_timeout)
+            except asyncio.TimeoutError:
+                # an ack may still come for a chunk we will resend: drop the connection (Fluentd does the same)
+                self.close()
+                raise TimeoutError(f"no ack from {self.address} within {self.config.ack_timeout} s") from None
+        self.last_used = time.monotonic()
+
+
+def new_chunk_id() -> str:
+    """16 random bytes, base64, as Fluentd's out_forward makes them."""
+    return base64.b64encode(os.urandom(16)).decode()
+
+
+class ForwardSender:
+    """Sends batches to one of several weighted servers, failing over to standbys; retries until acked."""
+
+    def __init__(self, config: SenderConfig) -> None:
+        if not config.servers:
+            raise ValueError("a Forward sender needs at least one server")
+        self.config = config
+        self.detectors = {id(s): FailureDetector(config.phi_threshold, config.hard_timeout) for s in config.servers}
+        self.down_until: dict[int, float] = {}
+        self.links: dict[int, ServerLink] = {}
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._udp: dict[int, asyncio.DatagramTransport] = {}
+        self._closed = False
+
+    async def start(self) -> ForwardSender:
+        if self.config.heartbeat in ("transport", "udp"):
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeats())
+        return self
+
+    async def __aenter__(self) -> ForwardSender:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
+        for udp in self._udp.values():
+            udp.close()
+
+    # --- choosing a server ---
+
+    def available(self, server: ServerAddress) -> bool:
+        now = time.monotonic()
+        if self.down_until.get(id(server), 0) > now:
+            return False
+        return self.config.heartbeat == "none" or self.detectors[id(server)].available(now)
+
+    def choose(self, exclude: set[int] | None = None) -> ServerAddress:
+        """A healthy primary by weight; else a healthy standby; else any server (we must try something)."""
+        servers = self.config.servers
+        exclude = exclude or set()
+        for candidates in ([s for s in servers if not s.standby], [s for s in servers if s.standby], servers):
+            healthy = [s for s in candidates if self.available(s) and id(s) not in exclude and s.weight > 0]
+            if healthy:
+                return random.choices(healthy, weights=[s.weight for s in healthy])[0]
+        left = [s for s in servers if id(s) not in exclude] or list(servers)
+        return random.choice(left)
+
+    async def _link(self, server: ServerAddress) -> ServerLink:
+        link = self.links.get(id(server))
+        if link is not None and not link.closed and (
+                time.monotonic() - link.last_used < self.config.keepalive_timeout):
+            return link
+        if link is not None:
+            link.close()
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        _, link = await asyncio.wait_for(loop.create_connection(
+            lambda: ServerLink(server, cfg), server.host, server.port, ssl=cfg.tls,
+            server_hostname=(cfg.server_hostname or server.host) if cfg.tls else None), cfg.connect_timeout)
+        await asyncio.wait_for(link.ready, cfg.connect_timeout)
+        if cfg.keepalive:
+            self.links[id(server)] = link
+        return link
+
+    # --- sending ---
+
+    def messages(self, tag: str, entries: bytes, count: int, option: dict[str, Any] | None = None
+                 ) -> list[tuple[bytes, str | bytes | None]]:
+        """The wire messages for one batch in the configured mode, each with its chunk id when acked."""
+        cfg = self.config
+        option = dict(option or {})
+        mode = fp.Mode.COMPRESSED_PACKED_FORWARD if cfg.compress else cfg.mode
+        if cfg.compress:
+            option["compressed"] = cfg.compress
+        ready = fp.ClientConnection()
+        if mode is fp.Mode.MESSAGE:
+            out = []
+            for single in fp.split_entries(entries, 1) if count != 1 else [entries]:
+                chunk = new_chunk_id() if cfg.require_ack else None
+                opt = {**option, "chunk": chunk} if chunk else option
+                out.append((ready.send(fp.EventBatch(tag, single, opt, 1, 0, mode)), chunk))
+            return out
+        chunk = option.get("chunk") if "chunk" in option else (new_chunk_id() if cfg.require_ack else None)
+        if chunk is not None and cfg.require_ack:
+            option["chunk"] = chunk
+        else:
+            option.pop("chunk", None)
+            chunk = None
+        option.setdefault("size", count)
+        return [(ready.send(fp.EventBatch(tag, entries, option, count, 0, mode)), chunk)]
+
+    async def send_entries(self, tag: str, entries: bytes, count: int, option: dict[str, Any] | None = None) -> None:
+        """Send one batch of packed entries; return once acked (retrying on other servers), else SendFailed."""
+        await self.send_messages(self.messages(tag, entries, count, option))
+
+    async def send(self, tag: str, events: Iterable[tuple[int, int, Any]], option: dict[str, Any] | None = None
+                   ) -> None:
+        """(seconds, nanos, record) events, EventTime on the wire."""
+        events = list(events)
+        await self.send_entries(tag, pack_entries(events), len(events), option)
+
+    async def send_messages(self, messages: Sequence[tuple[bytes, str | bytes | None]]) -> None:
+        cfg = self.config
+        tried: set[int] = set()
+        last: BaseException | None = None
+        for attempt in range(max(cfg.retries, 1)):
+            if self._closed:
+                break
+            server = self.choose(tried if len(tried) < len(cfg.servers) else set())
+            tried.add(id(server))
+            try:
+                link = await self._link(server)
+                await link.send(messages)
+                if not cfg.keepalive:
+                    link.close()
+                return
+            except AuthenticationError as e:
+                last = e
+                log.error("handshake failed: %s", e, extra={"peer": str(server)})
+                self.down_until[id(server)] = time.monotonic() + 30
+            except (OSError, TimeoutError, asyncio.TimeoutError, ProtocolError) as e:
+                last = e
+                log.warning("send failed, retrying: %s", e, extra={"peer": str(server), "attempt": attempt + 1})
+                self.down_until[id(server)] = time.monotonic() + min(cfg.retry_wait * 2 ** attempt, 30)
+                link = self.links.pop(id(server), None)
+                if link is not None:
+                    link.close()
+            await asyncio.sleep(min(cfg.retry_wait * 2 ** attempt, 30) * (attempt > 0))
+        raise SendFailed(f"no server acknowledged the batch after {cfg.retries} attempts: {last}")
+
+    async def heartbeat(self) -> None:
+        """Send a transport heartbeat (msgpack nil) on every kept connection."""
+        for link in list(self.links.values()):
+            if not link.closed and link.transport is not None and link.ready.done():
+                link.transport.write(b"\xc0")
+
+    # --- heartbeats feeding the failure detector ---
+
+    async def _heartbeats(self) -> None:
+        cfg = self.config
+        while not self._closed:
+            await asyncio.gather(*(self._beat(s) for s in cfg.servers), return_exceptions=True)
+            await asyncio.sleep(cfg.heartbeat_interval)
+
+    async def _beat(self, server: ServerAddress) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        timeout = max(cfg.heartbeat_interval, 0.2)
+        if cfg.heartbeat == "transport":
+            try:
+                _, w = await asyncio.wait_for(asyncio.open_connection(server.host, server.port), timeout)
+            except (OSError, asyncio.TimeoutError):
+                return
+            w.close()
+            self.detectors[id(server)].heartbeat()
+            return
+        transport = self._udp.get(id(server))
+        if transport is None or transport.is_closing():
+            detector = self.detectors[id(server)]
+
+            class Reply(asyncio.DatagramProtocol):
+                def datagram_received(self, data: bytes, addr: Any) -> None:
+                    detector.heartbeat()
+
+                def error_received(self, exc: Exception) -> None:
+                    pass
+
+            transport, _ = await loop.create_datagram_endpoint(Reply, remote_addr=(server.host, server.port))
+            self._udp[id(server)] = transport
+        transport.sendto(b"\x00")
+
+
+# --- `logport send forward` ---
+
+
+def add_send_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Read JSON lines from stdin and send them as Forward events. A line is a record, or "
+                          '{"tag": ..., "time": seconds (float ok) or "time_ns": int, "record": {...}}.')
+    parser.add_argument("--server", action="append", default=[], help="host:port[:weight] (repeatable)")
+    parser.add_argument("--standby", action="append", default=[], help="standby host:port (repeatable)")
+    parser.add_argument("--tag", default="logport.send", help="tag for lines without one")
+    parser.add_argument("--mode", choices=[m.value for m in fp.Mode if m is not fp.Mode.JSON],
+                        default="PackedForward")
+    parser.add_argument("--compress", choices=["gzip", "zstd"], default="")
+    parser.add_argument("--batch", type=int, default=1000, help="events per chunk")
+    parser.add_argument("--no-ack", action="store_true", help="do not ask for acks")
+    parser.add_argument("--ack-timeout", type=float, default=30.0)
+    parser.add_argument("--shared-key", default="")
+    parser.add_argument("--username", default="")
+    parser.add_argument("--password", default="")
+    parser.add_argument("--hostname", default=socket.gethostname(), help="our hostname in the handshake")
+    parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--tls-ca", default="")
+    parser.add_argument("--tls-insecure", action="store_true", help="do not verify the server certificate")
+    parser.add_argument("--heartbeat", choices=["none", "transport", "udp"], default="none")
+
+
+def sender_config(args: argparse.Namespace) -> SenderConfig:
+    servers = [ServerAddress.parse(s) for s in args.server] or [ServerAddress()]
+    servers += [ServerAddress.parse(s, standby=True) for s in args.standby]
+    context = tls_contexts.client_context(args.tls_ca, verify=not args.tls_insecure) if args.tls else None
+    compress = args.compress or ("gzip" if args.mode == "CompressedPackedForward" else "")
+    return SenderConfig(servers=servers, mode=fp.Mode(args.mode), compress=compress, require_ack=not args.no_ack,
+                        ack_timeout=args.ack_timeout, shared_key=args.shared_key, username=args.username,
+                        password=args.password, hostname=args.hostname, tls=context, heartbeat=args.heartbeat)
+
+
+def parse_line(line: str, default_tag: str) -> tuple[str, int, int, Any]:
+    obj = json.loads(line)
+    if isinstance(obj, dict) and "record" in obj:
+        tag = obj.get("tag") or default_tag
+        if "time_ns" in obj:
+            seconds, nanos = divmod(int(obj["time_ns"]), 1_000_000_000)
+        elif "time" in obj:
+            t = float(obj["time"])
+            seconds = int(t)
+            nanos = min(round((t - seconds) * 1e9), 999_999_999)
+        else:
+            seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+        return str(tag), seconds, nanos, obj["record"]
+    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    return default_tag, seconds, nanos, obj if isinstance(obj, dict) else {"message": obj}
+
+
+async def send_lines(args: argparse.Namespace, lines: Iterable[str]) -> int:
+    config = sender_config(args)
+    sent = 0
+    async with ForwardSender(config) as sender:
+        pending: dict[str, list[tuple[int, int, Any]]] = {}
+
+        async def flush(tag: str) -> None:
+            nonlocal sent
+            events = pending.pop(tag, [])
+            if events:
+                await sender.send(tag, events)
+                sent += len(events)
+
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                tag, seconds, nanos, record = parse_line(line, args.tag)
+            except (ValueError, TypeError) as e:
+                print(f"line {number}: not JSON: {e}", file=sys.stderr)
+                return 2
+            pending.setdefault(tag, []).append((seconds, nanos, record))
+            if len(pending[tag]) >= args.batch:
+                await flush(tag)
+        for tag in list(pending):
+            await flush(tag)
+    return sent
+
+
+def send_main(args: argparse.Namespace) -> int:
+    try:
+        sent = asyncio.run(send_lines(args, sys.stdin))
+    except (SendFailed, LogportError, OSError) as e:
+        print(f"logport send forward: {e}", file=sys.stderr)
+        return 1
+    print(f"sent {sent} events", file=sys.stderr)
+    return 0

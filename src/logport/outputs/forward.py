@@ -1,0 +1,135 @@
+"""Durable Forward output: follow a segment from its checkpoint and forward each stored batch to a
+Fluentd-compatible server, committing the checkpoint only after the server acknowledged everything read.
+
+Stored batches already are PackedForward messages; each is sent with a chunk id derived from the
+output name, segment and offset, so a logport server downstream deduplicates a resend after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import weakref
+
+from prometheus_client import Counter
+
+from logport import tls as tls_contexts
+from logport.batch import BatchDecodeError, decode_batch
+from logport.clients.forward import ForwardSender, SendFailed, SenderConfig, ServerAddress
+from logport.config import ForwardOutputConfig
+from logport.errors import OffsetTruncated
+from logport.outputs.follower import SegmentFollower
+from logport.protocols import forward as fp
+from logport.runtime import Runtime
+
+log = logging.getLogger("logport.forward.output")
+
+_RETRY_WAIT_MAX = 30.0
+_PASSED_OPTIONS = ("fluent_signal", "metadata")  # what a downstream Fluentd / Fluent Bit may use
+
+
+def chunk_id(name: str, segment: str, offset: int) -> str:
+    """Deterministic per stored batch: the same batch resent gets the same chunk id."""
+    digest = hashlib.sha256(f"{name}\0{segment}\0{offset}".encode()).digest()[:16]
+    return base64.b64encode(digest).decode()
+
+
+_METRICS: weakref.WeakKeyDictionary[object, tuple[Counter, Counter]] = weakref.WeakKeyDictionary()
+
+
+def _metrics(runtime: Runtime) -> tuple[Counter, Counter]:
+    """One pair of counters per hub registry, labelled by output (several outputs share them)."""
+    registry = runtime.metrics.registry
+    if registry not in _METRICS:
+        _METRICS[registry] = (
+            Counter("logport_forward_output_events", "Events acknowledged downstream", ["output"], registry=registry),
+            Counter("logport_forward_output_failures", "Failed sends (resent later)", ["output"], registry=registry),
+        )
+    return _METRICS[registry]
+
+
+class ForwardOutput:
+    def __init__(self, runtime: Runtime, config: ForwardOutputConfig) -> None:
+        self.runtime = runtime
+        self.config = config
+        self.name = config.name or f"forward-{config.segment}"
+        self.follower = SegmentFollower(runtime.store, config.segment, self.name, max_bytes=config.max_batch_bytes)
+        servers = [ServerAddress(config.host, config.port)]
+        servers += [ServerAddress.parse(s, standby=True) for s in config.standby]
+        context = tls_contexts.client_context(config.tls_ca, verify=config.tls_verify) if config.tls else None
+        self.sender = ForwardSender(SenderConfig(
+            servers=servers, compress=config.compress, require_ack=True, ack_timeout=config.ack_timeout,
+            retries=max(len(servers), 1), retry_wait=config.retry_wait, shared_key=config.shared_key,
+            username=config.username, password=config.password,
+            hostname=config.self_hostname or runtime.hostname, tls=context))
+        sent, failures = _metrics(runtime)
+        self.sent_events = sent.labels(self.name)
+        self.failures = failures.labels(self.name)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def start(self) -> ForwardOutput:
+        await self.sender.start()
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    async def close(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.sender.close()
+
+    def messages(self, events: list[tuple[int, bytes]]) -> tuple[list[tuple[bytes, str | bytes | None]], int]:
+        """The wire messages for stored batches, and how many events they carry."""
+        out: list[tuple[bytes, str | bytes | None]] = []
+        count = 0
+        for offset, body in events:
+            try:
+                batch = decode_batch(body)
+            except BatchDecodeError:
+                log.warning("stored event is not a batch; skipped",
+                            extra={"segment": self.config.segment, "offset": offset})
+                continue
+            option = {k: batch.option[k] for k in _PASSED_OPTIONS if k in batch.option}
+            option["chunk"] = chunk_id(self.name, self.config.segment, offset)
+            size = batch.size if batch.size is not None else fp.scan_entries(batch.entries)[1]
+            option["size"] = size
+            out.extend(self.sender.messages(batch.tag, batch.entries, size, option))
+            count += size
+        return out, count
+
+    async def _run(self) -> None:
+        wait = self.config.retry_wait
+        while not self._stopping:
+            try:
+                batch = await self.follower.next_batch(wait=1.0)
+            except OffsetTruncated as e:
+                log.error("retention removed unsent events; continuing after them",
+                          extra={"segment": self.config.segment, "offset": e.offset, "start_offset": e.start_offset})
+                continue
+            if batch is None:
+                continue
+            messages, count = self.messages(batch.events)
+            try:
+                if messages:
+                    await self.sender.send_messages(messages)
+            except SendFailed as e:
+                self.failures.inc()
+                log.warning("forward output: %s; retrying in %.1f s", e, wait, extra={"output": self.name})
+                self.follower.rewind()
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, _RETRY_WAIT_MAX)
+                continue
+            wait = self.config.retry_wait
+            await self.follower.commit(batch.next_offset)
+            self.sent_events.inc(count)
+
+
+async def start(runtime: Runtime, output_config: ForwardOutputConfig) -> ForwardOutput:
+    return await ForwardOutput(runtime, output_config).start()

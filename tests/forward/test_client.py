@@ -1,0 +1,161 @@
+"""The Forward sender against the logport server and against Fluent Bit's recorded in_forward replies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logport.clients import forward as fc
+from logport.batch import pack_entries
+from logport.protocols import forward as fp
+from tests.conftest import VECTORS, free_port
+from tests.forward.helpers import forward_config, running_hub, stored_events
+
+EVENTS = [(1700000000 + i, i * 1000 + 7, {"i": i, "s": "ü" * (i % 3)}) for i in range(20)]
+
+
+@pytest.mark.parametrize("mode,compress", [
+    (fp.Mode.MESSAGE, ""), (fp.Mode.FORWARD, ""), (fp.Mode.PACKED_FORWARD, ""), (fp.Mode.PACKED_FORWARD, "gzip"),
+    (fp.Mode.PACKED_FORWARD, "zstd")])
+async def test_sender_modes_to_logport_with_handshake(tmp_path: Path, mode: fp.Mode, compress: str) -> None:
+    config = forward_config(tmp_path, shared_key="k", users={"u": "p"})
+    async with running_hub(config) as hub:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", config.forward.port)], mode=mode,
+                              compress=compress, shared_key="k", username="u", password="p", hostname="cli")
+        async with fc.ForwardSender(cfg) as sender:
+            await sender.send("t.x", EVENTS[:10])
+            await sender.send("t.x", EVENTS[10:])
+        got = [(s, ns, rec) for _, s, ns, rec, _ in await stored_events(hub)]
+        assert got == EVENTS
+
+
+async def test_failover_to_standby_and_back(tmp_path: Path) -> None:
+    config = forward_config(tmp_path)
+    dead = fc.ServerAddress("127.0.0.1", free_port())  # nothing listens there
+    async with running_hub(config) as hub:
+        cfg = fc.SenderConfig(servers=[dead, fc.ServerAddress("127.0.0.1", config.forward.port, standby=True)],
+                              retry_wait=0.01, connect_timeout=2)
+        async with fc.ForwardSender(cfg) as sender:
+            await sender.send("t", EVENTS[:5])
+            await sender.send("t", EVENTS[5:])
+            assert not sender.available(dead)  # marked down after the failed connect
+        assert len(await stored_events(hub)) == len(EVENTS)
+
+
+async def test_wrong_key_against_logport_is_an_authentication_failure(tmp_path: Path) -> None:
+    config = forward_config(tmp_path, shared_key="right")
+    async with running_hub(config) as hub:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", config.forward.port)], shared_key="wrong",
+                              hostname="cli", retries=1)
+        async with fc.ForwardSender(cfg) as sender:
+            with pytest.raises(fc.SendFailed, match="shared_key mismatch"):
+                await sender.send("t", EVENTS[:1])
+        assert await stored_events(hub) == []
+
+
+async def test_ack_timeout_then_retry_is_stored_once(tmp_path: Path) -> None:
+    """A lost ack: the sender resends the same chunk; logport acks it again and stores it once."""
+    config = forward_config(tmp_path)
+    async with running_hub(config) as hub:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", config.forward.port)], ack_timeout=5,
+                              retry_wait=0.01)
+        sender = fc.ForwardSender(cfg)
+        messages = sender.messages("t", pack_entries(EVENTS), len(EVENTS))
+        link = await sender._link(cfg.servers[0])
+        link.data_received = lambda data: None  # type: ignore[method-assign]  # the first ack is lost
+        link.config = fc.SenderConfig(ack_timeout=0.3)
+        with pytest.raises(TimeoutError):
+            await link.send(messages)
+        await sender.send_messages(messages)  # a new connection, the same chunk id
+        await sender.close()
+        assert len(await stored_events(hub)) == len(EVENTS)
+
+
+def test_failure_detector_phi() -> None:
+    fd = fc.FailureDetector(threshold=8, hard_timeout=60)
+    for t in range(20):
+        fd.heartbeat(100.0 + t)
+    assert fd.available(119.5) and fd.phi(119.5) < 1
+    assert not fd.available(140.0)
+    assert fc.FailureDetector(8, hard_timeout=5).available()  # no heartbeat yet: not suspected
+    hard = fc.FailureDetector(1e9, hard_timeout=5)
+    hard.heartbeat(0.0)
+    hard.heartbeat(1.0)
+    assert not hard.available(10.0)
+
+
+async def test_udp_and_transport_heartbeats_feed_the_detector(tmp_path: Path) -> None:
+    config = forward_config(tmp_path)
+    async with running_hub(config):
+        for kind in ("udp", "transport"):
+            server = fc.ServerAddress("127.0.0.1", config.forward.port)
+            cfg = fc.SenderConfig(servers=[server], heartbeat=kind, heartbeat_interval=0.05)
+            async with fc.ForwardSender(cfg) as sender:
+                await asyncio.sleep(0.5)
+                detector = sender.detectors[id(server)]
+                assert len(detector.intervals) >= 3 and sender.available(server), kind
+
+
+# --- Fluent Bit in_forward, replayed from its recording ---
+
+async def replay_server(doc: dict[str, Any]) -> tuple[asyncio.AbstractServer, int, asyncio.Future[bytes]]:
+    """Plays the recorded server side: each recorded reply once the client sent what preceded it."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[bytes] = loop.create_future()
+    conv = doc["conversation"]
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        got = b""
+        try:
+            for entry in conv:
+                data = bytes.fromhex(entry["hex"])
+                if entry["dir"] == "server->client":
+                    w.write(data)
+                    await w.drain()
+                else:
+                    want = len(got) + len(data)
+                    while len(got) < want:
+                        more = await asyncio.wait_for(r.read(want - len(got)), 5)
+                        if not more:
+                            break
+                        got += more
+        finally:
+            if not received.done():
+                received.set_result(got)
+            w.close()  # after the last recorded entry Fluent Bit's side is done (or closes on a wrong key)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], received
+
+
+async def test_fluent_bit_server_recording_handshake_and_ack() -> None:
+    doc = json.loads((VECTORS / "fluent-bit-in_forward-secure-ack.json").read_text())
+    server, port, received = await replay_server(doc)
+    async with server:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], shared_key=doc["shared_key_used"],
+                              username="alice", password="s3cret", hostname=doc["client_hostname"],
+                              salt=doc["client_salt"], retries=1, ack_timeout=5)
+        events = [(0x692125A0, 5, {"k": k}) for k in range(3)]
+        async with fc.ForwardSender(cfg) as sender:
+            await sender.send("cap.tag", events, {"chunk": "Y2FwdHVyZS1jaHVuay0wMQ=="})  # returns: acked
+        client_bytes = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
+        assert await received == client_bytes  # our PING and chunk byte for byte what Fluent Bit accepted
+
+
+async def test_fluent_bit_server_recording_wrong_key_closes_without_pong() -> None:
+    doc = json.loads((VECTORS / "fluent-bit-in_forward-wrong-key.json").read_text())
+    server, port, received = await replay_server(doc)
+    async with server:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], shared_key=doc["shared_key_used"],
+                              username="alice", password="s3cret", hostname=doc["client_hostname"],
+                              salt=doc["client_salt"], retries=1)
+        async with fc.ForwardSender(cfg) as sender:
+            with pytest.raises(fc.SendFailed, match="closed the connection during the handshake"):
+                await sender.send("cap.tag", EVENTS[:1])
+            assert not sender.available(cfg.servers[0])  # an authentication failure marks the server down
+        client_bytes = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
+        assert await received == client_bytes
