@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from logport.clients import forward as fc
 from logport.batch import pack_entries
+from logport.clients import forward as fc
 from logport.protocols import forward as fp
 from tests.conftest import VECTORS, free_port
 from tests.forward.helpers import forward_config, running_hub, stored_events

@@ -53,7 +53,7 @@ async def fluent_server(**settings: Any) -> AsyncIterator[NodeServer]:
         proc.stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
 

@@ -91,7 +91,7 @@ async def test_fluent_org_client_wrong_password_stores_nothing(tmp_path: Path) -
         try:  # FluentClient gives up with an authentication error (or would keep retrying): never "sent"
             out, err = await asyncio.wait_for(proc.communicate(), 5)
             assert b"sent" not in out, err
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
         assert await stored_events(hub) == []

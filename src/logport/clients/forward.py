@@ -205,7 +205,7 @@ class ServerLink(asyncio.Protocol):
         if waiters:
             try:
                 await asyncio.wait_for(asyncio.gather(*waiters), self.config.ack_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 # an ack may still come for a chunk we will resend: drop the connection (Fluentd does the same)
                 self.close()
                 raise TimeoutError(f"no ack from {self.address} within {self.config.ack_timeout} s") from None
@@ -280,13 +280,13 @@ class ForwardSender:
             link.close()
         cfg = self.config
         loop = asyncio.get_running_loop()
-        _, link = await asyncio.wait_for(loop.create_connection(
+        _, new = await asyncio.wait_for(loop.create_connection(
             lambda: ServerLink(server, cfg), server.host, server.port, ssl=cfg.tls,
             server_hostname=(cfg.server_hostname or server.host) if cfg.tls else None), cfg.connect_timeout)
-        await asyncio.wait_for(link.ready, cfg.connect_timeout)
+        await asyncio.wait_for(new.ready, cfg.connect_timeout)
         if cfg.keepalive:
-            self.links[id(server)] = link
-        return link
+            self.links[id(server)] = new
+        return new
 
     # --- sending ---
 
@@ -300,7 +300,7 @@ class ForwardSender:
             option["compressed"] = cfg.compress
         ready = fp.ClientConnection()
         if mode is fp.Mode.MESSAGE:
-            out = []
+            out: list[tuple[bytes, str | bytes | None]] = []
             for single in fp.split_entries(entries, 1) if count != 1 else [entries]:
                 chunk = new_chunk_id() if cfg.require_ack else None
                 opt = {**option, "chunk": chunk} if chunk else option
@@ -344,13 +344,13 @@ class ForwardSender:
                 last = e
                 log.error("handshake failed: %s", e, extra={"peer": str(server)})
                 self.down_until[id(server)] = time.monotonic() + 30
-            except (OSError, TimeoutError, asyncio.TimeoutError, ProtocolError) as e:
+            except (OSError, TimeoutError, ProtocolError) as e:
                 last = e
                 log.warning("send failed, retrying: %s", e, extra={"peer": str(server), "attempt": attempt + 1})
                 self.down_until[id(server)] = time.monotonic() + min(cfg.retry_wait * 2 ** attempt, 30)
-                link = self.links.pop(id(server), None)
-                if link is not None:
-                    link.close()
+                stale = self.links.pop(id(server), None)
+                if stale is not None:
+                    stale.close()
             await asyncio.sleep(min(cfg.retry_wait * 2 ** attempt, 30) * (attempt > 0))
         raise SendFailed(f"no server acknowledged the batch after {cfg.retries} attempts: {last}")
 
@@ -375,7 +375,7 @@ class ForwardSender:
         if cfg.heartbeat == "transport":
             try:
                 _, w = await asyncio.wait_for(asyncio.open_connection(server.host, server.port), timeout)
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 return
             w.close()
             self.detectors[id(server)].heartbeat()

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 
 from logport import tls as tls_contexts
 from logport.batch import BatchDecodeError, decode_batch
-from logport.clients.forward import ForwardSender, SendFailed, SenderConfig, ServerAddress
+from logport.clients.forward import ForwardSender, SenderConfig, SendFailed, ServerAddress
 from logport.config import ForwardOutputConfig
 from logport.errors import OffsetTruncated
 from logport.outputs.follower import SegmentFollower

@@ -13,11 +13,17 @@ import json
 import os
 import zlib
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
-from logport.errors import AuthenticationError, LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.errors import (
+    AuthenticationError,
+    LimitExceeded,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer
 
 __all__ = [
@@ -234,7 +240,7 @@ def encode_message(tag: str, time: int | msgpack.ExtType, record: dict[str, Any]
     return _packer().pack(body)
 
 
-def encode_forward(tag: str, entries: list[tuple[Any, dict[str, Any]]], option: dict[str, Any] | None = None) -> bytes:
+def encode_forward(tag: str, entries: Sequence[Sequence[Any]], option: dict[str, Any] | None = None) -> bytes:
     body: list[Any] = [tag, [list(e) for e in entries]]
     if option:
         body.append(option)

@@ -121,7 +121,8 @@ class ForwardConnection(asyncio.Protocol):
     # --- lifecycle ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
         addr = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{addr[0]}:{addr[1]}"
         server = self.server
@@ -129,7 +130,7 @@ class ForwardConnection(asyncio.Protocol):
             log.warning("connection refused: max_connections reached",
                         extra={"peer": self.peer, "limit": self.config.max_connections})
             server.metrics.errors.labels("max_connections").inc()
-            self.transport.abort()
+            transport.abort()
             return
         server.connections.add(self)
         server.metrics.connections.inc()
@@ -144,7 +145,7 @@ class ForwardConnection(asyncio.Protocol):
             self._hostname = asyncio.ensure_future(_resolve(str(addr[0]), int(addr[1])))
         helo = self.conn.initiate()
         if helo:
-            self.transport.write(helo)
+            transport.write(helo)
         if self.config.idle_timeout:
             self._idle_timer = asyncio.get_running_loop().call_later(self.config.idle_timeout, self._check_idle)
 
