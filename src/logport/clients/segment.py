@@ -193,8 +193,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.last_received = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -275,6 +274,8 @@ class SegmentAppender:
         self.retry_for = retry_for  # give up after failing to connect for this long
         self.ack_level: int | None = None  # the server's, once known
         self.reconnects = 0
+        self.retransmitted_bytes = 0  # sent again after a reconnect (the server stores none of it twice)
+        self._high_water = 0  # the highest connection offset ever sent
         self._events: collections.deque[bytes] = collections.deque()  # unacknowledged Event messages
         self._unacked_bytes = 0
         self._sent = 0  # how many of _events went out on the current connection
@@ -455,6 +456,9 @@ class SegmentAppender:
         protocol.write(sp.encode(sp.EndAppendBlock(self.connection_id, start + size, size)))
         self._sent = i
         self._sent_offset = start + size
+        if start < self._high_water:
+            self.retransmitted_bytes += min(self._high_water, start + size) - start
+        self._high_water = max(self._high_water, start + size)
 
     def _resume_from(self, level: int) -> None:
         if self.ack_level is None:
