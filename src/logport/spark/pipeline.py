@@ -1,0 +1,389 @@
+"""`logport pipeline`: per-minute traffic and logjam request statistics from stored events, to Parquet + HTML.
+
+Batch (default) or streaming (`--stream`, exactly-once through Spark's
+checkpoint), over a data directory (`--data-dir`) or a running hub
+(`--server`). Runs unchanged under spark-submit (see README "Spark").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+# The time metrics of a logjam request (milliseconds); any of them may be missing from a record.
+TIME_METRICS = ["total_time", "db_time", "view_time", "api_time", "gc_time", "memcache_time", "redis_time",
+                "search_time"]
+PERCENTILES = [0.5, 0.95, 0.99]
+# percentile_approx accuracy: the rank error of a percentile is at most 1/ACCURACY of the group's count.
+ACCURACY = 10000
+# Apdex buckets of total_time (ms), as the logjam importer: happy < 100 <= satisfied < 500 <= tolerating
+# < 2000 <= frustrated. score = (happy + satisfied + tolerating / 2) / count.
+APDEX_HAPPY_MS, APDEX_SATISFIED_MS, APDEX_TOLERATING_MS = 100.0, 500.0, 2000.0
+# Logjam severities (Ruby Logger levels).
+SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
+SOURCES = ["forward", "lumberjack", "logjam"]
+OUTPUTS = ["traffic", "requests", "app_minutes", "exceptions"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    # `logport pipeline batch|stream ...`: the leading word also lets `logport pipeline` pass the options on.
+    p.add_argument("mode", nargs="?", choices=["batch", "stream"], default="batch",
+                   help="batch (default) or stream (the same as --stream)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--data-dir", help="read this data directory")
+    where.add_argument("--server", help="read a running hub over the segment protocol (HOST:PORT)")
+    p.add_argument("--segments", help="segment names or globs, comma-separated (default: all)")
+    p.add_argument("--out", default="pipeline-out", help="output directory: Parquet tables + report.html")
+    p.add_argument("--report", help="HTML report path (default: OUT/report.html)")
+    p.add_argument("--stream", action="store_true", help="run as a streaming query with a checkpoint")
+    p.add_argument("--checkpoint", help="checkpoint directory (default: OUT/_checkpoints)")
+    p.add_argument("--available-now", action="store_true",
+                   help="with --stream: process what is stored now (in several batches), then stop")
+    p.add_argument("--duration", type=float, default=0.0,
+                   help="with --stream: stop after this many seconds (0: run until interrupted)")
+    p.add_argument("--trigger-seconds", type=float, default=10.0, help="with --stream: micro-batch interval")
+    p.add_argument("--watermark", default="2 minutes",
+                   help="with --stream: how late an event may arrive; a minute is written once the watermark passes it")
+    p.add_argument("--max-bytes-per-trigger", type=int, help="with --stream: admission control per micro-batch")
+    p.add_argument("--partition-bytes", type=int, help="bytes of a segment per Spark partition")
+    p.add_argument("--top-exceptions", type=int, default=20, help="exceptions listed in the report")
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def spark_session(master: str | None, app_name: str = "logport-pipeline") -> SparkSession:
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    import logport.spark
+
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    if not master and not SparkConf().contains("spark.master"):  # not under spark-submit
+        master = "local[*]"
+    if master:
+        builder = builder.master(master)
+    if (master or "").startswith("local"):
+        # Local Python workers must be this interpreter (it has logport), not whatever `python3` is.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = builder.getOrCreate()
+    logport.spark.register(spark)
+    return spark
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    options = {"path": args.data_dir} if args.data_dir else {"server": args.server}
+    if args.segments:
+        options["segments"] = args.segments
+    if args.partition_bytes:
+        options["partitionBytes"] = str(args.partition_bytes)
+    if args.stream and args.max_bytes_per_trigger:
+        options["maxBytesPerTrigger"] = str(args.max_bytes_per_trigger)
+    return options
+
+
+# --- the statistics: DataFrame -> DataFrame, the same for batch and streaming -------------------
+
+def _minute(df: DataFrame) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.window(df["time"], "1 minute").start
+
+
+def traffic(events: DataFrame) -> DataFrame:
+    """Per segment, tag and minute: events, bytes (record JSON, or raw bytes when opaque), events per source."""
+    from pyspark.sql import functions as F
+
+    size = F.coalesce(F.octet_length("record"), F.octet_length("raw"), F.lit(0))
+    # Opaque events carry no time: batch runs count them in the minute 1970-01-01 00:00; a streaming
+    # run drops them (they are always behind the watermark).
+    timed = events.withColumn("time", F.coalesce("time", F.lit(0).cast("timestamp")))
+    per_source = [F.sum(F.when(F.col("source") == s, 1).otherwise(0)).alias(f"{s}_events") for s in SOURCES]
+    out = (timed.groupBy("segment", F.coalesce("tag", F.lit("")).alias("tag"), F.window("time", "1 minute"))
+           .agg(F.count(F.lit(1)).alias("events"), F.sum(size).alias("bytes"), *per_source,
+                F.sum(F.when(F.col("raw").isNotNull(), 1).otherwise(0)).alias("opaque_events")))
+    return _finish(out)
+
+
+def _finish(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return (df.withColumn("minute", F.col("window.start")).drop("window")
+            .withColumn("date", F.date_format("minute", "yyyy-MM-dd")))
+
+
+def requests(events: DataFrame) -> DataFrame:
+    """Logjam requests: events tagged logs.* or any record with `action` and `total_time`, one row each."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
+
+    fields = [StructField("action", StringType()), StructField("code", LongType()),
+              StructField("severity", LongType()), StructField("exceptions", ArrayType(StringType())),
+              StructField("app", StringType()), StructField("env", StringType())]
+    fields += [StructField(m, DoubleType()) for m in TIME_METRICS]
+    parsed = events.where(F.col("record").isNotNull()).withColumn(
+        "r", F.from_json("record", StructType(fields), {"mode": "PERMISSIVE"}))
+    is_request = (F.col("tag").startswith("logs.") & F.col("r.action").isNotNull()) | (
+        F.col("r.action").isNotNull() & F.col("r.total_time").isNotNull())
+    app_env = F.coalesce(F.get_json_object("option", "$.app_env"),
+                         F.when(F.col("r.app").isNotNull(), F.concat_ws("-", "r.app", "r.env")),
+                         F.col("tag"))
+    return parsed.where(is_request).select(
+        "time", app_env.alias("app_env"), F.col("r.action").alias("action"), F.col("r.code").alias("code"),
+        F.col("r.severity").alias("severity"), F.col("r.exceptions").alias("exceptions"),
+        *[F.col(f"r.{m}").alias(m) for m in TIME_METRICS])
+
+
+def _apdex_and_codes(total: Column) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    def count_if(cond: Column, name: str) -> Column:
+        return F.sum(F.when(cond, 1).otherwise(0)).alias(name)
+
+    code = F.col("code")
+    columns = [
+        count_if(total < APDEX_HAPPY_MS, "apdex_happy"),
+        count_if((total >= APDEX_HAPPY_MS) & (total < APDEX_SATISFIED_MS), "apdex_satisfied"),
+        count_if((total >= APDEX_SATISFIED_MS) & (total < APDEX_TOLERATING_MS), "apdex_tolerating"),
+        count_if(total >= APDEX_TOLERATING_MS, "apdex_frustrated"),
+    ]
+    columns += [count_if((code >= c * 100) & (code < c * 100 + 100), f"code_{c}xx") for c in range(1, 6)]
+    columns.append(count_if(code.isNull() | (code < 100) | (code >= 600), "code_other"))
+    columns += [count_if(F.col("severity") == i, f"severity_{name}") for i, name in enumerate(SEVERITIES)]
+    columns.append(count_if(F.size(F.coalesce("exceptions", F.array())) > 0, "with_exceptions"))
+    return columns
+
+
+def _apdex_score(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.withColumn("apdex", (F.col("apdex_happy") + F.col("apdex_satisfied")
+                                   + F.col("apdex_tolerating") / 2) / F.col("count"))
+
+
+def request_stats(reqs: DataFrame) -> DataFrame:
+    """Per app-env, action and minute: count; mean/p50/p95/p99/max of each time metric; apdex; codes; severities."""
+    from pyspark.sql import functions as F
+
+    metrics: list[Column] = []
+    for m in TIME_METRICS:
+        metrics += [F.mean(m).alias(f"{m}_mean"), F.max(m).alias(f"{m}_max"),
+                    F.percentile_approx(m, PERCENTILES, ACCURACY).alias(f"{m}_pct")]
+    out = (reqs.groupBy("app_env", "action", F.window("time", "1 minute"))
+           .agg(F.count(F.lit(1)).alias("count"), *metrics, *_apdex_and_codes(F.col("total_time"))))
+    for m in TIME_METRICS:
+        out = out.select("*", *[F.col(f"{m}_pct")[i].alias(f"{m}_p{int(p * 100)}") for i, p in enumerate(PERCENTILES)]
+                         ).drop(f"{m}_pct")
+    return _apdex_score(_finish(out))
+
+
+def app_minute_stats(reqs: DataFrame) -> DataFrame:
+    """Per app-env and minute (every action together): count, total_time percentiles, apdex, codes."""
+    from pyspark.sql import functions as F
+
+    out = (reqs.groupBy("app_env", F.window("time", "1 minute"))
+           .agg(F.count(F.lit(1)).alias("count"), F.mean("total_time").alias("total_time_mean"),
+                F.max("total_time").alias("total_time_max"),
+                F.percentile_approx("total_time", PERCENTILES, ACCURACY).alias("pct"),
+                *_apdex_and_codes(F.col("total_time"))))
+    out = out.select("*", *[F.col("pct")[i].alias(f"total_time_p{int(p * 100)}") for i, p in enumerate(PERCENTILES)]
+                     ).drop("pct")
+    return _apdex_score(_finish(out))
+
+
+def exception_counts(reqs: DataFrame) -> DataFrame:
+    """Per app-env, action, minute and exception class: how many requests raised it."""
+    from pyspark.sql import functions as F
+
+    exploded = reqs.where(F.size(F.coalesce("exceptions", F.array())) > 0).select(
+        "time", "app_env", "action", F.explode(F.array_distinct("exceptions")).alias("exception"))
+    out = exploded.groupBy("app_env", "action", "exception", F.window("time", "1 minute")).agg(
+        F.count(F.lit(1)).alias("count"))
+    return _finish(out)
+
+
+def statistics(events: DataFrame) -> dict[str, DataFrame]:
+    reqs = requests(events)
+    return {"traffic": traffic(events), "requests": request_stats(reqs), "app_minutes": app_minute_stats(reqs),
+            "exceptions": exception_counts(reqs)}
+
+
+# --- running it ------------------------------------------------------------------------------
+
+class Progress:
+    """Prints progress lines to stderr: tasks of the running stages (batch), rows and batches (streaming)."""
+
+    def __init__(self, spark: SparkSession, quiet: bool) -> None:
+        self.spark = spark
+        self.quiet = quiet
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[{time.monotonic() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def watch(self, poll: Callable[[], str | None], interval: float = 2.0) -> None:
+        def run() -> None:
+            last = None
+            while not self._stop.wait(interval):
+                line = poll()
+                if line and line != last:
+                    self.say(line)
+                    last = line
+        self._thread = threading.Thread(target=run, name="pipeline-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def stage_line(self) -> str | None:
+        tracker = self.spark.sparkContext.statusTracker()
+        parts = []
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                parts.append(f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks")
+        return "; ".join(parts) or None
+
+
+def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress: Progress) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    events = spark.read.format("logport").options(**source_options(args)).load()
+    progress.watch(progress.stage_line)
+    try:
+        # Read the events once (the four statistics use them) and count them for the progress line.
+        events = events.persist()
+        counts = events.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("segment", "offset").alias("batches")).first()
+        progress.say(f"read {counts['rows']} rows from {counts['batches']} stored batches")
+        written = {}
+        for name, df in statistics(events).items():
+            df.write.mode("overwrite").partitionBy("date").parquet(str(out / name))
+            written[name] = spark.read.parquet(str(out / name)).count()
+            progress.say(f"wrote {name}: {written[name]} rows")
+        events.unpersist()
+    finally:
+        progress.stop()
+    return written
+
+
+def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progress: Progress) -> dict[str, int]:
+    events = spark.readStream.format("logport").options(**source_options(args)).load()
+    events = events.withWatermark("time", args.watermark)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else out / "_checkpoints"
+    queries = []
+    for name, df in statistics(events).items():
+        writer = (df.writeStream.format("parquet").outputMode("append").partitionBy("date")
+                  .option("path", str(out / name)).option("checkpointLocation", str(checkpoint / name))
+                  .queryName(f"logport_{name}"))
+        writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(
+            processingTime=f"{args.trigger_seconds} seconds")
+        queries.append(writer.start())
+
+    def poll() -> str | None:
+        lines = []
+        for q in queries:
+            done = [p for p in q.recentProgress if p["numInputRows"]]
+            if done:
+                lines.append(f"{q.name}: {len(done)} batches, {sum(p['numInputRows'] for p in done)} rows read")
+        return "; ".join(lines) or None
+
+    progress.watch(poll)
+    try:
+        deadline = time.monotonic() + args.duration if args.duration > 0 else None
+        for q in queries:
+            while q.isActive:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if q.awaitTermination(min(remaining, 5.0) if remaining is not None else 5.0):
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+    except KeyboardInterrupt:
+        progress.say("interrupted: stopping the queries (the checkpoint keeps the position)")
+    finally:
+        for q in queries:
+            q.stop()
+        progress.stop()
+    for q in queries:
+        rows = sum(p["numInputRows"] for p in q.recentProgress)
+        progress.say(f"{q.name}: {len([p for p in q.recentProgress if p['numInputRows']])} batches, {rows} rows read")
+    written = {}
+    for name in OUTPUTS:
+        path = out / name
+        written[name] = spark.read.parquet(str(path)).count() if path.exists() else 0
+    return written
+
+
+def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> dict[str, list[dict[str, Any]]]:
+    """The small aggregates the report draws, read back from the Parquet output."""
+    from pyspark.sql import functions as F
+
+    def table(name: str) -> DataFrame | None:
+        path = out / name
+        return spark.read.parquet(str(path)) if path.exists() and any(path.iterdir()) else None
+
+    data: dict[str, list[dict[str, Any]]] = {"minutes": [], "actions": [], "exceptions": [], "traffic": []}
+    minutes = table("app_minutes")
+    if minutes is not None:
+        data["minutes"] = [r.asDict() for r in minutes.groupBy("minute").agg(
+            F.sum("count").alias("count"), F.max("total_time_p50").alias("p50"),
+            F.max("total_time_p95").alias("p95"), F.max("total_time_p99").alias("p99"),
+            F.sum("code_4xx").alias("code_4xx"), F.sum("code_5xx").alias("code_5xx"),
+            F.sum("with_exceptions").alias("with_exceptions")).orderBy("minute").collect()]
+    reqs = table("requests")
+    if reqs is not None:
+        data["actions"] = [r.asDict() for r in reqs.groupBy("app_env", "action").agg(
+            F.sum("count").alias("count"),
+            (F.sum(F.col("total_time_mean") * F.col("count")) / F.sum("count")).alias("mean"),
+            F.max("total_time_p95").alias("worst_minute_p95"), F.max("total_time_max").alias("max"),
+            ((F.sum("apdex_happy") + F.sum("apdex_satisfied") + F.sum("apdex_tolerating") / 2)
+             / F.sum("count")).alias("apdex"),
+            F.sum("code_5xx").alias("code_5xx")).orderBy(F.desc("mean")).limit(25).collect()]
+    exc = table("exceptions")
+    if exc is not None:
+        data["exceptions"] = [r.asDict() for r in exc.groupBy("exception").agg(F.sum("count").alias("count"))
+                              .orderBy(F.desc("count"), "exception").limit(top_exceptions).collect()]
+    traf = table("traffic")
+    if traf is not None:
+        data["traffic"] = [r.asDict() for r in traf.groupBy("segment", "tag").agg(
+            F.sum("events").alias("events"), F.sum("bytes").alias("bytes"),
+            *[F.sum(f"{s}_events").alias(s) for s in SOURCES], F.sum("opaque_events").alias("opaque"),
+            F.min("minute").alias("first"), F.max("minute").alias("last")).orderBy("segment", "tag").collect()]
+    return data
+
+
+def main(args: argparse.Namespace) -> int:
+    from logport.spark.report import write_report
+
+    args.stream = args.stream or args.mode == "stream"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    spark = spark_session(args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    progress = Progress(spark, args.quiet)
+    mode = "streaming" if args.stream else "batch"
+    progress.say(f"{mode} run over {args.data_dir or args.server}, output in {out}")
+    written = run_stream(spark, args, out, progress) if args.stream else run_batch(spark, args, out, progress)
+    report = Path(args.report) if args.report else out / "report.html"
+    write_report(report, collect_for_report(spark, out, args.top_exceptions),
+                 title=f"logport pipeline: {args.data_dir or args.server}", written=written)
+    progress.say(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":  # spark-submit src/logport/spark/pipeline.py --data-dir ...
+    parser = argparse.ArgumentParser(prog="pipeline.py", description=__doc__)
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))
