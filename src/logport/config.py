@@ -130,6 +130,15 @@ class SegmentServerConfig:
 
 
 @dataclass
+class LogjamRepublishRoute:
+    """Republished events whose tag matches `match` get this app-env and topic (empty topic: from the tag)."""
+
+    match: str = "**"
+    app_env: str = "logport-production"
+    topic: str = ""
+
+
+@dataclass
 class LogjamConfig:
     enabled: bool = True
     bind: str = "127.0.0.1"
@@ -137,6 +146,21 @@ class LogjamConfig:
     pull_port: int = 9605
     pub_port: int = 9606
     segment: str = "logjam"
+    device_id: int = 0  # device number on everything published; unique among logjam devices
+    heartbeat_interval: float = 5.0  # seconds between heartbeats on PUB
+    rcv_hwm: int = 100000  # ROUTER / PULL / SUB receive high-water mark (messages)
+    pub_hwm: int = 1000000  # PUB send high-water mark; PUB drops past it
+    publish_compression: Literal["none", "zlib", "snappy", "lz4"] = "none"  # for bodies received uncompressed
+    max_message_size: int = 16 * MiB  # largest frame accepted (ZeroMQ maxmsgsize)
+    max_decompressed_size: int = 16 * MiB  # largest JSON body after decompression
+    max_batch: int = 1000  # messages taken from a socket per store append
+    republish: list[str] = field(default_factory=list)  # segments whose new events are published on PUB
+    republish_app_env: str = "logport-production"  # app-env of republished events no route matches
+    republish_routes: list[LogjamRepublishRoute] = field(default_factory=list)
+    subscribe: list[str] = field(default_factory=list)  # logjam PUB endpoints to consume ("tcp://host:9606")
+    subscribe_app_envs: list[str] = field(default_factory=list)  # exact app-envs to keep; empty = all
+    subscribe_segment: str = ""  # segment for consumed messages; empty = `segment`
+    silence_timeout: float = 30.0  # reconnect a subscription that received nothing (not even heartbeats)
 
 
 @dataclass
@@ -368,6 +392,12 @@ def validate(config: Config) -> None:
             _check_positive(f"{where}.{key}", getattr(out, key))
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
+    jam = config.logjam
+    if not 0 <= jam.device_id <= 0xFFFFFFFF:
+        raise ConfigError(f"config key 'logjam.device_id' has value {jam.device_id}; it must be 0..4294967295")
+    for key in ("heartbeat_interval", "rcv_hwm", "pub_hwm", "max_message_size", "max_decompressed_size",
+                "max_batch", "silence_timeout"):
+        _check_positive(f"logjam.{key}", getattr(jam, key))
     for i, route in enumerate(config.routes):
         if not route.segment:
             raise ConfigError(f"config key 'routes[{i}].segment' must name a segment")
