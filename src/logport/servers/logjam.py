@@ -1,0 +1,265 @@
+"""logport as a logjam-device: ROUTER + PULL in, durable store, PUB out (plus consumer and republisher).
+
+Messages are taken from a socket in batches (up to `max_batch`); each batch is
+one group-committed store append, and only once it is durable are the sync
+replies sent and the messages published. Appends of consecutive batches
+overlap (up to `_IN_FLIGHT`), replies and publishing keep their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from logport.config import LogjamConfig
+from logport.errors import ProtocolError
+from logport.protocols import logjam as lj
+from logport.runtime import Runtime
+from logport.servers.logjam_ingest import (
+    Accepted,
+    LogjamMetrics,
+    MessageDecoder,
+    log,
+    log_invalid,
+    store_accepted,
+)
+
+_IN_FLIGHT = 4  # store appends of consecutive batches that may overlap
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogjamPublisher:
+    """The PUB side: renumbers everything with our device number and one sequence."""
+
+    def __init__(self, sock: zmq.Socket[bytes], config: LogjamConfig, endpoint: bytes, metrics: LogjamMetrics) -> None:
+        self.sock = sock
+        self.device = config.device_id
+        self.compression = lj.COMPRESSION_NAMES[config.publish_compression]
+        self.endpoint = endpoint
+        self.sequence = lj.Sequencer()
+        self._data = metrics.published.labels("data")
+        self._heartbeat = metrics.published.labels("heartbeat")
+        self._republished = metrics.published.labels("republished")
+
+    def publish_received(self, accepted: list[Accepted]) -> None:
+        """Forward received messages: body as sent (compressed on publish if configured and it was not)."""
+        send = self.sock.send_multipart
+        device = self.device
+        for item in accepted:
+            m = item.message
+            meta = m.meta
+            body, compression = m.body, m.compression
+            if compression == lj.NO_COMPRESSION and self.compression != lj.NO_COMPRESSION:
+                body, compression = lj.compress(item.json, self.compression), self.compression
+            created_ms = meta.created_ms if meta is not None and meta.created_ms else now_ms()
+            out = lj.Meta(compression, device, created_ms, self.sequence.next())
+            send(lj.data_frames(m.app_env, m.topic, body, out), zmq.NOBLOCK)
+        self._data.inc(len(accepted))
+
+    def publish_json(self, app_env: bytes, topic: bytes, json: bytes, created_ms: int) -> None:
+        """Publish an event stored by another protocol (republishing)."""
+        body = lj.compress(json, self.compression)
+        meta = lj.Meta(self.compression, self.device, created_ms or now_ms(), self.sequence.next())
+        self.sock.send_multipart(lj.data_frames(app_env, topic, body, meta), zmq.NOBLOCK)
+        self._republished.inc()
+
+    def heartbeat(self) -> None:
+        meta = lj.Meta(lj.NO_COMPRESSION, self.device, now_ms(), self.sequence.next())
+        self.sock.send_multipart(lj.heartbeat_frames(self.endpoint, meta), zmq.NOBLOCK)
+        self._heartbeat.inc()
+
+
+class _Pending:
+    """One batch on its way: the store append, then the replies and what to publish."""
+
+    __slots__ = ("append", "replies", "accepted", "kind")
+
+    def __init__(self, append: asyncio.Future[None] | None, replies: list[tuple[bool, list[bytes]]],
+                 accepted: list[Accepted], kind: str) -> None:
+        self.append = append
+        self.replies = replies  # (needs the append to succeed, frames)
+        self.accepted = accepted
+        self.kind = kind
+
+
+class LogjamDevice:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.config = runtime.config.logjam
+        self.metrics = LogjamMetrics(runtime)
+        self.decoder = MessageDecoder(self.config)
+        self.hostname = runtime.hostname.encode()
+        self.ctx = zmq.asyncio.Context()
+        self.tasks: list[asyncio.Task[Any]] = []
+        self._pending: asyncio.Queue[_Pending] = asyncio.Queue(_IN_FLIGHT)
+        self._sockets: list[zmq.asyncio.Socket] = []
+        self.publisher: LogjamPublisher | None = None
+
+    def _socket(self, kind: int, hwm_option: int, hwm: int) -> zmq.asyncio.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(hwm_option, hwm)
+        self._sockets.append(sock)
+        return sock
+
+    async def start(self) -> None:
+        cfg = self.config
+        router = self._socket(zmq.ROUTER, zmq.RCVHWM, cfg.rcv_hwm)
+        pull = self._socket(zmq.PULL, zmq.RCVHWM, cfg.rcv_hwm)
+        pub = self._socket(zmq.PUB, zmq.SNDHWM, cfg.pub_hwm)
+        for sock in (router, pull):
+            sock.setsockopt(zmq.MAXMSGSIZE, cfg.max_message_size)
+        router.bind(f"tcp://{cfg.bind}:{cfg.router_port}")
+        pull.bind(f"tcp://{cfg.bind}:{cfg.pull_port}")
+        pub.bind(f"tcp://{cfg.bind}:{cfg.pub_port}")
+        endpoint = f"tcp://{self.runtime.hostname}:{cfg.pub_port}".encode()
+        self.publisher = LogjamPublisher(zmq.Socket.shadow(pub.underlying), cfg, endpoint, self.metrics)
+        self.router_sock = zmq.Socket.shadow(router.underlying)
+        self._spawn(self._pump(router, "router"))
+        self._spawn(self._pump(pull, "pull"))
+        self._spawn(self._complete())
+        self._spawn(self._heartbeats())
+        # consumer and republisher live in their own modules; imported here to keep start() the one entry
+        from logport.servers.logjam_consumer import run_subscription
+        from logport.servers.logjam_republish import run_republisher
+
+        for segment in cfg.republish:
+            self._spawn(run_republisher(self.runtime, segment, self.publisher))
+        for endpoint_url in cfg.subscribe:
+            self._spawn(run_subscription(self.runtime, self.ctx, endpoint_url, self.metrics, self.decoder))
+        log.info("logjam device listening", extra={
+            "router": cfg.router_port, "pull": cfg.pull_port, "pub": cfg.pub_port, "device": cfg.device_id})
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        task.add_done_callback(_log_crash)
+        self.tasks.append(task)
+
+    # --- ROUTER and PULL ---
+
+    async def _pump(self, asock: zmq.asyncio.Socket, kind: str) -> None:
+        sock = zmq.Socket.shadow(asock.underlying)
+        recv = sock.recv_multipart
+        max_batch = self.config.max_batch
+        received = self.metrics.received.labels(kind)
+        take = self._take_router if kind == "router" else self._take_pull
+        while True:
+            await asock.poll(None, zmq.POLLIN)
+            batch: list[list[bytes]] = []
+            try:
+                while len(batch) < max_batch:
+                    batch.append(recv(zmq.NOBLOCK))
+            except zmq.Again:
+                pass
+            if not batch:
+                continue
+            received.inc(len(batch))
+            await take(batch)
+
+    async def _take_router(self, batch: list[list[bytes]]) -> None:
+        accepted: list[Accepted] = []
+        replies: list[tuple[bool, list[bytes]]] = []
+        accept = self.decoder.accept
+        for frames in batch:
+            routing_id = frames[0]
+            rest = frames[1:]
+            sync = bool(rest) and not rest[0]
+            peer = routing_id.hex()
+            try:
+                message = lj.read_router_message(rest)
+                if isinstance(message, lj.PingRequest):
+                    self.metrics.pings.inc()
+                    if sync:
+                        replies.append((False, [routing_id, *lj.router_reply(lj.PING, lj.OK, self.hostname)]))
+                    continue
+                accepted.append(accept(message, peer, "router"))
+                if sync:
+                    replies.append((True, [routing_id, *lj.router_reply(message.app_env, lj.ACCEPTED)]))
+            except ProtocolError as e:
+                log_invalid(self.metrics, e, peer, "router")
+                if sync:
+                    first = rest[1] if len(rest) > 1 else b""
+                    replies.append((False, [routing_id, *lj.router_reply(first, lj.BAD_REQUEST)]))
+        await self._enqueue(accepted, replies, "router")
+
+    async def _take_pull(self, batch: list[list[bytes]]) -> None:
+        accepted: list[Accepted] = []
+        accept = self.decoder.accept
+        for frames in batch:
+            try:
+                message = lj.read_pull_message(frames)
+                if isinstance(message, lj.PingRequest):
+                    self.metrics.pings.inc()  # nobody to answer on PULL
+                    continue
+                accepted.append(accept(message, "pull", "pull"))
+            except ProtocolError as e:
+                log_invalid(self.metrics, e, "pull", "pull")
+        await self._enqueue(accepted, [], "pull")
+
+    async def _enqueue(self, accepted: list[Accepted], replies: list[tuple[bool, list[bytes]]], kind: str) -> None:
+        append = None
+        if accepted:
+            append = asyncio.ensure_future(store_accepted(self.runtime, self.config.segment, accepted))
+        # a full queue stops the pumps: ZeroMQ's own queues then push back on the producers
+        await self._pending.put(_Pending(append, replies, accepted, kind))
+
+    async def _complete(self) -> None:
+        assert self.publisher is not None
+        send_reply = self.router_sock.send_multipart
+        while True:
+            pending = await self._pending.get()
+            stored = True
+            if pending.append is not None:
+                try:
+                    await pending.append
+                except Exception as e:
+                    stored = False
+                    self.metrics.store_errors.inc()
+                    log.error("logjam messages not stored", extra={"count": len(pending.accepted), "error": str(e)})
+            for needs_store, frames in pending.replies:
+                if stored or not needs_store:
+                    with contextlib.suppress(zmq.ZMQError):
+                        send_reply(frames, zmq.NOBLOCK)
+            if stored and pending.accepted:
+                self.metrics.stored.labels(pending.kind).inc(len(pending.accepted))
+                self.publisher.publish_received(pending.accepted)
+
+    async def _heartbeats(self) -> None:
+        assert self.publisher is not None
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            self.publisher.heartbeat()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for sock in self._sockets:
+            sock.close(linger=0)
+        self.ctx.destroy(linger=0)
+
+
+def _log_crash(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("logjam task failed", exc_info=task.exception())
+
+
+async def start(runtime: Runtime) -> LogjamDevice:
+    device = LogjamDevice(runtime)
+    try:
+        await device.start()
+    except BaseException:
+        await device.close()
+        raise
+    return device

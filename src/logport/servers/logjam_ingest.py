@@ -1,0 +1,100 @@
+"""From accepted logjam messages to stored batches: decode the JSON body, count, append durably.
+
+Shared by the device side (ROUTER / PULL) and the consumer side (SUB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from prometheus_client import Counter
+
+from logport.batch import encode_batch
+from logport.config import LogjamConfig
+from logport.errors import ProtocolError
+from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
+from logport.runtime import Runtime
+
+log = logging.getLogger("logport.logjam")
+
+SOURCE = "logjam"
+
+
+class LogjamMetrics:
+    """Counters of the logjam listener, consumer and republisher (`logport_logjam_*`)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        r = runtime.metrics.registry
+        self.received = Counter("logport_logjam_messages_received", "Messages read from a socket", ["socket"],
+                                registry=r)
+        self.invalid = Counter("logport_logjam_invalid_messages", "Messages refused (not stored, not published)",
+                               ["reason"], registry=r)
+        self.stored = Counter("logport_logjam_messages_stored", "Messages stored durably", ["socket"], registry=r)
+        self.published = Counter("logport_logjam_messages_published", "Messages sent on PUB", ["kind"], registry=r)
+        self.pings = Counter("logport_logjam_pings", "Pings answered", registry=r)
+        self.lost = Counter("logport_logjam_lost_messages", "Sequence gaps seen by the consumer", ["endpoint"],
+                            registry=r)
+        self.restarts = Counter("logport_logjam_sequence_restarts", "Devices whose sequence went back",
+                                ["endpoint"], registry=r)
+        self.reconnects = Counter("logport_logjam_reconnects", "Subscriptions reopened after silence",
+                                  ["endpoint"], registry=r)
+        self.store_errors = Counter("logport_logjam_store_errors", "Appends that failed", registry=r)
+
+
+@dataclass(slots=True)
+class Accepted:
+    """A message that decoded: what is stored, and what is needed to publish it."""
+
+    message: DataMessage
+    tag: str  # "logjam.<app-env>.<topic>": what routes match
+    json: bytes  # the decompressed body
+    stored: bytes  # the stored batch body
+
+
+class MessageDecoder:
+    """Turns a DataMessage into its stored batch, or raises InvalidMessage / LimitExceeded."""
+
+    def __init__(self, config: LogjamConfig) -> None:
+        self.limit = config.max_decompressed_size
+
+    def accept(self, message: DataMessage, peer: str, received_on: str) -> Accepted:
+        meta = message.meta
+        json = decompress(message.body, message.compression, self.limit)
+        try:
+            record: Any = orjson.loads(json)
+        except orjson.JSONDecodeError as e:
+            raise InvalidMessage("json", f"body is not JSON: {e}") from None
+        if not isinstance(record, dict):
+            raise InvalidMessage("json", f"body is a JSON {type(record).__name__}, not an object")
+        created_ms = meta.created_ms if meta is not None and meta.created_ms else int(time.time() * 1000)
+        seconds, nanos = event_time_of(record, created_ms)
+        app_env = message.app_env.decode()
+        topic = message.topic.decode()
+        option: dict[str, Any] = {
+            "size": 1, "source": SOURCE, "peer": peer, "app_env": app_env, "topic": topic,
+            "device": meta.device if meta is not None else 0,
+            "sequence": meta.sequence if meta is not None else 0,
+            "created_ms": created_ms, "received_on": received_on,
+        }
+        tag = f"logjam.{app_env}.{topic}"
+        return Accepted(message, tag, json, encode_batch(tag, [(seconds, nanos, record)], option))
+
+
+def log_invalid(metrics: LogjamMetrics, error: ProtocolError, peer: str, socket: str) -> None:
+    reason = error.reason if isinstance(error, InvalidMessage) else "limit"
+    metrics.invalid.labels(reason).inc()
+    log.warning("invalid logjam message", extra={"peer": peer, "socket": socket, "reason": reason,
+                                                 "error": str(error)})
+
+
+async def store_accepted(runtime: Runtime, default_segment: str, accepted: list[Accepted]) -> None:
+    """Append every accepted message (one stored event each) durably, grouped per routed segment."""
+    by_segment: dict[str, list[bytes]] = {}
+    for item in accepted:
+        by_segment.setdefault(runtime.router.segment_for(item.tag, default_segment), []).append(item.stored)
+    await asyncio.gather(*(runtime.store.append(segment, bodies) for segment, bodies in by_segment.items()))

@@ -1,0 +1,1 @@
+"""Logjam over ZeroMQ: codec tables, device, consumer, republishing."""
