@@ -86,7 +86,7 @@ class ForwardConfig:
     decompression_size_limit: int = 256 * MiB  # largest decompressed CompressedPackedForward payload
     max_connections: int = 1024
     idle_timeout: float = 300.0  # seconds without a byte before a connection is closed; 0 = never
-    max_inflight_bytes: int = 32 * MiB  # per connection: received, not yet stored; reading pauses above
+    max_inflight_bytes: int = 8 * MiB  # per connection: received, not yet stored; reading pauses above
     exactly_once: bool = True  # a retried chunk id is acked again but not stored twice
     add_tag_prefix: str = ""
     source_address_key: str = ""  # add the client's IP to every record under this key
