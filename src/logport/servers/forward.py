@@ -14,6 +14,7 @@ import asyncio
 import logging
 import socket
 import time
+import typing
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -121,7 +122,7 @@ class ForwardConnection(asyncio.Protocol):
     # --- lifecycle ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
         self.transport = transport
         addr = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{addr[0]}:{addr[1]}"

@@ -1,0 +1,246 @@
+"""Forward ingest: C connections send PackedForward chunks with acks to logport (fsync=always) and, in the
+same run, to @fluent-org/logger's FluentServer (in memory, no disk); plus logport's store at 64 KiB frames
+as the ceiling, and the server's memory when offered far more than it can store.
+
+The load comes from a separate process (this file run with --load), so the server's CPU is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_SERVER = REPO / "tests" / "interop" / "node" / "forward_fluent_org_server.js"
+CHUNK_ID_LEN = 24  # base64 of 16 bytes, as Fluentd's chunk ids
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--connections", "-C", type=int, default=4, help="concurrent connections")
+    p.add_argument("--events", "-N", type=int, default=1000, help="events per chunk")
+    p.add_argument("--record-size", type=int, default=170, help="bytes per packed record")
+    p.add_argument("--window", type=int, default=4, help="chunks in flight per connection (awaiting acks)")
+    p.add_argument("--seconds", type=float, default=8.0, help="duration of each measured run")
+    p.add_argument("--overload-seconds", type=float, default=6.0, help="duration of the 10x overload run")
+    p.add_argument("--dir", default=None, help="data directory parent (default: ./bench-out)")
+    p.add_argument("--skip-node", action="store_true", help="do not run the FluentServer comparison")
+    p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the load generator
+
+
+# --- the load generator (child process) ---
+
+
+def make_chunk_template(events: int, record_size: int) -> tuple[bytes, bytes, int]:
+    """(prefix, suffix, event count): prefix + 24-byte chunk id + suffix is one PackedForward message."""
+    import msgpack
+
+    from logport.batch import pack_entries
+
+    base = {"message": "", "host": "web-01.example.com", "level": "info", "path": "/api/v1/items", "status": 200}
+    filler = record_size - len(msgpack.packb(base))
+    record = {**base, "message": "x" * max(filler - 2, 0)}
+    while len(msgpack.packb(record)) > record_size and record["message"]:
+        record["message"] = record["message"][:-1]
+    entries = pack_entries((1700000000 + i, i, record) for i in range(events))
+    marker = "C" * CHUNK_ID_LEN
+    message = msgpack.packb(["bench.forward", entries, {"size": events, "chunk": marker}], use_bin_type=True)
+    at = message.rindex(marker.encode())
+    return message[:at], message[at + CHUNK_ID_LEN:], events
+
+
+async def load(settings: dict[str, Any]) -> dict[str, Any]:
+    import msgpack
+
+    prefix, suffix, per_chunk = make_chunk_template(settings["events"], settings["record_size"])
+    size = len(prefix) + CHUNK_ID_LEN + len(suffix)
+    deadline = time.perf_counter() + settings["seconds"]
+    window = settings["window"]
+    acked = [0]
+    sent_bytes = [0]
+    run_id = os.urandom(4).hex()
+
+    async def connection(n: int) -> None:
+        reader, writer = await asyncio.open_connection(settings["host"], settings["port"])
+        up = msgpack.Unpacker()
+        seq = 0
+        in_flight = 0
+
+        def send_one() -> None:
+            nonlocal seq, in_flight
+            chunk = f"{run_id}{n:04d}{seq:016d}"[-CHUNK_ID_LEN:].encode()
+            writer.write(prefix + chunk + suffix)
+            seq += 1
+            in_flight += 1
+            sent_bytes[0] += size
+
+        while in_flight < window or window == 0:
+            send_one()
+            if window == 0:
+                await writer.drain()
+                if time.perf_counter() >= deadline:
+                    break
+        while in_flight and (window == 0 or True):
+            data = await reader.read(65536)
+            if not data:
+                break
+            up.feed(data)
+            for _ in up:
+                in_flight -= 1
+                acked[0] += 1
+                if time.perf_counter() < deadline and window:
+                    send_one()
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(connection(n) for n in range(settings["connections"])))
+    elapsed = time.perf_counter() - t0
+    return {"chunks": acked[0], "events": acked[0] * per_chunk, "bytes": acked[0] * size, "seconds": elapsed,
+            "offered_bytes": sent_bytes[0]}
+
+
+def run_load(host: str, port: int, args: argparse.Namespace, *, seconds: float, window: int) -> subprocess.Popen[str]:
+    settings = {"host": host, "port": port, "connections": args.connections, "events": args.events,
+                "record_size": args.record_size, "window": window, "seconds": seconds}
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, __file__, "--load", json.dumps(settings)], stdout=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def load_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, "load generator failed"
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# --- the servers ---
+
+
+def free_port():  # type: ignore[no-untyped-def]
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, window: int
+                      ) -> tuple[dict[str, Any], float, float]:
+    """(load result, RSS before, peak RSS during) against an in-process hub with fsync=always."""
+    from logport.config import Config, ForwardConfig, StoreConfig
+    from logport.hub import Hub
+    shutil.rmtree(work, ignore_errors=True)
+    config = Config(store=StoreConfig(data_dir=str(work), fsync="always"))
+    config.forward = ForwardConfig(port=free_port())  # type: ignore[no-untyped-call]
+    config.lumberjack.enabled = config.segment.enabled = config.logjam.enabled = False
+    config.metrics.enabled = False
+    hub = Hub(config, serve_metrics=False)
+    await hub.start()
+    before = rss_mib()
+    peak = before
+    try:
+        proc = run_load("127.0.0.1", config.forward.port, args, seconds=seconds, window=window)
+        while proc.poll() is None:
+            peak = max(peak, rss_mib())
+            await asyncio.sleep(0.1)
+        result = load_result(proc)
+    finally:
+        await hub.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return result, before, peak
+
+
+def fluent_server_run(args: argparse.Namespace) -> dict[str, Any]:
+    node = subprocess.Popen(["node", str(NODE_SERVER), json.dumps({"quiet": True})], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        assert node.stdout is not None
+        line = node.stdout.readline()
+        port = int(line.split()[1])
+        result = load_result(run_load("127.0.0.1", port, args, seconds=args.seconds, window=args.window))
+    finally:
+        assert node.stdin is not None
+        node.stdin.close()
+        node.wait(timeout=10)
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.load:
+        from _common import run_async
+
+        print(json.dumps(run_async(lambda: load(json.loads(args.load)))))
+        return 0
+    from _common import header, run_async, table
+    from store import store_append  # bench/store.py: the same 64 KiB measurement as `logport bench store`
+
+    base = Path(args.dir or "bench-out")
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=base))
+    header(f"forward: {args.connections} connections x PackedForward chunks of {args.events} events "
+           f"({args.record_size}-byte records), window {args.window}, acks; fsync=always; {work}")
+    try:
+        lp, _, _ = run_async(lambda: logport_run(work / "lp", args, seconds=args.seconds, window=args.window))
+        fs = None if args.skip_node else fluent_server_run(args)
+        total = 128 * 1024 * 1024
+        elapsed, lat = run_async(lambda: store_append(work / "store", 65536, args.connections, total, "always"))
+        store_mbs = len(lat) * 65536 / elapsed / 1e6
+        ov, rss0, rss_peak = run_async(lambda: logport_run(work / "ov", args, seconds=args.overload_seconds,
+                                                           window=0))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def rates(r: dict[str, Any]) -> tuple[float, float]:
+        return r["events"] / r["seconds"], r["bytes"] / r["seconds"] / 1e6
+
+    lp_eps, lp_mbs = rates(lp)
+    rows: list[list[Any]] = [["logport (fsync=always)", round(lp_eps), round(lp_mbs, 1), lp["chunks"], "1.00"]]
+    if fs is not None:
+        fs_eps, fs_mbs = rates(fs)
+        rows.append(["@fluent-org/logger FluentServer (memory)", round(fs_eps), round(fs_mbs, 1), fs["chunks"],
+                     f"{fs_eps / lp_eps:.2f}"])
+    rows.append([f"logport store, 64 KiB appends x {args.connections}", "", round(store_mbs, 1), "", ""])
+    table(["server", "events/s", "MB/s", "chunks acked", "vs logport"], rows)
+    if fs is not None:
+        print(f"# logport / FluentServer: {lp_eps / rates(fs)[0]:.2f}x events/s (target >= 3x)")
+    print(f"# logport forward / store 64 KiB: {lp_mbs / store_mbs:.0%} of the store's MB/s (target >= 60%)")
+    ov_mbs = ov["bytes"] / ov["seconds"] / 1e6
+    offered_mbs = ov["offered_bytes"] / ov["seconds"] / 1e6
+    from logport.config import ForwardConfig, StoreConfig
+
+    fw, st = ForwardConfig(), StoreConfig()
+    bound = rss0 + (args.connections * (fw.max_inflight_bytes + fw.chunk_size_limit) + st.max_pending_bytes) / 2**20
+    print(f"# overload: {args.connections} connections writing chunks back to back without waiting for acks "
+          f"(unthrottled, {offered_mbs / lp_mbs:.1f}x the acked rate above) for {args.overload_seconds:.0f} s: "
+          f"stored {ov_mbs:.1f} MB/s; server RSS {rss0:.0f} MiB before, {rss_peak:.0f} MiB peak, "
+          f"bound {bound:.0f} MiB: {'bounded' if rss_peak <= bound else 'OVER THE BOUND'}")
+    print("# bound = RSS before + connections x (forward.max_inflight_bytes + forward.chunk_size_limit)"
+          " + store.max_pending_bytes")
+    print(f"# max RSS of this process over the whole run: "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
