@@ -411,6 +411,7 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="events per chunk")
     parser.add_argument("--no-ack", action="store_true", help="do not ask for acks")
     parser.add_argument("--ack-timeout", type=float, default=30.0)
+    parser.add_argument("--retries", type=int, default=5, help="attempts per chunk before giving up")
     parser.add_argument("--shared-key", default="")
     parser.add_argument("--username", default="")
     parser.add_argument("--password", default="")
@@ -427,7 +428,7 @@ def sender_config(args: argparse.Namespace) -> SenderConfig:
     context = tls_contexts.client_context(args.tls_ca, verify=not args.tls_insecure) if args.tls else None
     compress = args.compress or ("gzip" if args.mode == "CompressedPackedForward" else "")
     return SenderConfig(servers=servers, mode=fp.Mode(args.mode), compress=compress, require_ack=not args.no_ack,
-                        ack_timeout=args.ack_timeout, shared_key=args.shared_key, username=args.username,
+                        ack_timeout=args.ack_timeout, retries=args.retries, shared_key=args.shared_key, username=args.username,
                         password=args.password, hostname=args.hostname, tls=context, heartbeat=args.heartbeat)
 
 
