@@ -61,3 +61,14 @@ async def wait_for_events(hub: Hub, count: int, segment: str = "forward", timeou
         if len(events) >= count or asyncio.get_running_loop().time() > deadline:
             return events
         await asyncio.sleep(0.05)
+
+
+def make_certificate(directory: Path, name: str = "localhost") -> tuple[str, str]:
+    """A self-signed certificate (its own CA) for `name` and 127.0.0.1: (cert path, key path)."""
+    import subprocess
+
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-addext", f"subjectAltName=DNS:{name},IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return str(cert), str(key)

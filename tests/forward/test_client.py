@@ -13,7 +13,7 @@ from logport.batch import pack_entries
 from logport.clients import forward as fc
 from logport.protocols import forward as fp
 from tests.conftest import VECTORS, free_port
-from tests.forward.helpers import forward_config, running_hub, stored_events
+from tests.forward.helpers import forward_config, make_certificate, running_hub, stored_events
 
 EVENTS = [(1700000000 + i, i * 1000 + 7, {"i": i, "s": "ü" * (i % 3)}) for i in range(20)]
 
@@ -73,6 +73,28 @@ async def test_ack_timeout_then_retry_is_stored_once(tmp_path: Path) -> None:
         await sender.send_messages(messages)  # a new connection, the same chunk id
         await sender.close()
         assert len(await stored_events(hub)) == len(EVENTS)
+
+
+async def test_tls_with_client_certificate_verification(tmp_path: Path) -> None:
+    from logport import tls
+
+    server_cert, server_key = make_certificate(tmp_path, "localhost")
+    client_cert, client_key = make_certificate(tmp_path, "client.example")
+    config = forward_config(tmp_path)
+    config.forward.tls.cert, config.forward.tls.key = server_cert, server_key
+    config.forward.tls.client_ca, config.forward.tls.verify_client = client_cert, True
+    async with running_hub(config) as hub:
+        address = fc.ServerAddress("127.0.0.1", config.forward.port)
+        good = fc.SenderConfig(servers=[address], server_hostname="localhost",
+                               tls=tls.client_context(server_cert, client_cert, client_key))
+        async with fc.ForwardSender(good) as sender:
+            await sender.send("tls", EVENTS[:5])
+        anonymous = fc.SenderConfig(servers=[address], server_hostname="localhost", retries=1,
+                                    tls=tls.client_context(server_cert), ack_timeout=3)
+        async with fc.ForwardSender(anonymous) as sender:
+            with pytest.raises(fc.SendFailed):  # no client certificate: the server refuses the TLS session
+                await sender.send("tls", EVENTS[5:])
+        assert [(s, ns, rec) for _, s, ns, rec, _ in await stored_events(hub)] == EVENTS[:5]
 
 
 def test_failure_detector_phi() -> None:

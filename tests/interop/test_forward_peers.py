@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import NODE_MODULES
-from tests.forward.helpers import forward_config, running_hub, stored_events
+from tests.forward.helpers import forward_config, make_certificate, running_hub, stored_events
 
 NODE_DIR = Path(__file__).parent / "node"
 
@@ -45,12 +45,7 @@ async def run_node(script: str, settings: dict[str, Any], timeout: float = 60) -
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return str(cert), str(key)
+    return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
 COUNT = 300
