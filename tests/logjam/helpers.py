@@ -95,7 +95,8 @@ async def until_connected(sub: RawSubscriber, producer: AgentProducer, timeout: 
             frames = await sub.recv_data(0.2)
         except TimeoutError:
             continue
-        assert orjson.loads(frames[2]) == {"probe": True}
+        m = lj.decode_meta(frames[3])
+        assert orjson.loads(lj.decompress(frames[2], m.compression, 1 << 20)) == {"probe": True}
         # drain the other probes that may still arrive
         while True:
             try:

@@ -150,13 +150,14 @@ def decompress(body: bytes, method: int, limit: int) -> bytes:
             raise LimitExceeded("decompressed body", size, "max_decompressed_size", limit)
         if size == 0:
             return b""
+        out = bytearray(size)
         try:
-            out = bytes(cramjam.lz4.decompress_block(memoryview(body)[4:], output_len=size))
+            n = int(cramjam.lz4.decompress_block_into(bytes(memoryview(body)[4:]), out))
         except Exception as e:
             raise InvalidMessage("compression", f"lz4 body is not a raw lz4 block of {size} bytes: {e}") from None
-        if len(out) != size:
-            raise InvalidMessage("compression", f"lz4 body declares {size} bytes but holds {len(out)}")
-        return out
+        if n != size:
+            raise InvalidMessage("compression", f"lz4 body declares {size} bytes but holds {n}")
+        return bytes(out)
     raise InvalidMessage("compression", f"unknown compression method {method}")
 
 
