@@ -3,55 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from logport.batch import decode_batch
-from logport.config import Config, ForwardConfig, StoreConfig
+from logport.config import Config
 from logport.hub import Hub
-from logport.store import frames
-from tests.conftest import free_port
+from tests.support import hub_config, running_hub, stored_batches
+
+__all__ = ["forward_config", "make_certificate", "running_hub", "stored_events", "wait_for_events"]
 
 
 def forward_config(tmp_path: Path, **forward: Any) -> Config:
-    config = Config(store=StoreConfig(data_dir=str(tmp_path / "data")))
-    config.forward = ForwardConfig(port=free_port(), **forward)
-    config.lumberjack.enabled = False
-    config.segment.enabled = False
-    config.logjam.enabled = False
-    config.metrics.enabled = False
-    return config
-
-
-@contextlib.asynccontextmanager
-async def running_hub(config: Config) -> AsyncIterator[Hub]:
-    hub = Hub(config, serve_metrics=False)
-    await hub.start()
-    try:
-        yield hub
-    finally:
-        await hub.stop()
+    return hub_config(tmp_path / "data", ["forward"], forward=forward)
 
 
 async def stored_events(hub: Hub, segment: str = "forward") -> list[tuple[str, int, int, Any, dict[str, Any]]]:
     """(tag, seconds, nanos, record, option) of every stored event, in order."""
     assert hub.runtime is not None
-    store = hub.runtime.store
-    if not store.exists(segment):
-        return []
-    info = store.info(segment)
-    out = []
-    offset = info.start_offset
-    while offset < info.end_offset:
-        result = await store.read_frames(segment, offset, 1 << 26)
-        for _, t, body in frames.iter_frames(result.data, result.offset):
-            if t == frames.EVENT:
-                batch = decode_batch(bytes(body))
-                out.extend((batch.tag, e.seconds, e.nanos, e.record, batch.option) for e in batch)
-        offset = result.next_offset
-    return out
+    return [(batch.tag, e.seconds, e.nanos, e.record, batch.option)
+            for _, batch in await stored_batches(hub.runtime.store, segment) for e in batch]
 
 
 async def wait_for_events(hub: Hub, count: int, segment: str = "forward", timeout: float = 15.0) -> list[Any]:
