@@ -1,0 +1,144 @@
+"""A logjam producer as the logjam agent talks (DEALER, 4 frames; sync with the empty frame; ping),
+and `logport send logjam`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import IO, Any
+
+import orjson
+import zmq
+import zmq.asyncio
+
+from logport.errors import LogportError, RemoteProtocolError
+from logport.protocols import logjam as lj
+
+DEFAULT_ROUTER = "tcp://127.0.0.1:9604"
+
+
+class LogjamRefused(RemoteProtocolError):
+    """The device answered a sync send with something other than `202 Accepted`."""
+
+
+class LogjamProducer:
+    """Sends to a logjam-device's ROUTER. Sync sends wait for the reply (the device stored the message)."""
+
+    def __init__(self, endpoint: str = DEFAULT_ROUTER, app_env: str = "logport-production",
+                 topic: str = "logs", *, compression: str = "none", device: int = 0,
+                 ctx: zmq.asyncio.Context | None = None) -> None:
+        self.app_env = app_env.encode()
+        self.topic = topic.encode()
+        lj.check_names(self.app_env, self.topic)
+        self.compression = lj.COMPRESSION_NAMES[compression]
+        self.device = device
+        self.sequence = lj.Sequencer()
+        self.endpoint = endpoint
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.asyncio.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 2000)  # let queued async sends go out on close
+        self.sock.connect(endpoint)
+
+    def frames(self, body: Any, app_env: bytes | None = None, topic: bytes | None = None) -> list[bytes]:
+        json = body if isinstance(body, bytes) else orjson.dumps(body)
+        meta = lj.Meta(self.compression, self.device, int(time.time() * 1000), self.sequence.next())
+        return lj.data_frames(app_env or self.app_env, topic or self.topic, lj.compress(json, self.compression), meta)
+
+    async def send(self, body: Any, *, app_env: str | None = None, topic: str | None = None) -> None:
+        """Fire and forget (the agent's default): 4 frames, no reply."""
+        await self.sock.send_multipart(self.frames(body, _enc(app_env), _enc(topic)))
+
+    async def send_sync(self, body: Any, *, app_env: str | None = None, topic: str | None = None,
+                        timeout: float = 10.0) -> None:
+        """Empty frame + 4 frames; returns once the device answered `202 Accepted`."""
+        reply = await self._request(self.frames(body, _enc(app_env), _enc(topic)), timeout)
+        if len(reply) < 2 or reply[1] != lj.ACCEPTED:
+            raise LogjamRefused(f"logjam device {self.endpoint} answered {reply!r:.200}")
+
+    async def ping(self, timeout: float = 10.0) -> str:
+        """The device's host name from its `200 OK`."""
+        meta = lj.Meta(lj.NO_COMPRESSION, self.device, int(time.time() * 1000), 0)
+        reply = await self._request([lj.PING, self.app_env, b"{}", meta.pack()], timeout)
+        if len(reply) != 3 or reply[1] != lj.OK:
+            raise LogjamRefused(f"logjam device {self.endpoint} answered the ping with {reply!r:.200}")
+        return reply[2].decode("utf-8", "replace")
+
+    async def _request(self, frames: list[bytes], timeout: float) -> list[bytes]:
+        await self.sock.send_multipart([b"", *frames])
+        try:
+            return await asyncio.wait_for(self.sock.recv_multipart(), timeout)
+        except TimeoutError:
+            # a DEALER would pair a late reply with the next request: start over with a fresh socket
+            self.sock.close(linger=0)
+            self.sock = self.ctx.socket(zmq.DEALER)
+            self.sock.connect(self.endpoint)
+            raise LogportError(f"no reply from logjam device {self.endpoint} within {timeout} s") from None
+
+    def close(self) -> None:
+        self.sock.close()
+        if self._own_ctx:
+            self.ctx.term()
+
+
+def _enc(value: str | None) -> bytes | None:
+    return value.encode() if value is not None else None
+
+
+# --- logport send logjam ---
+
+
+def add_send_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Send JSON lines from stdin as logjam messages to a logjam-device's ROUTER "
+                          "(one JSON object per line; other lines are sent as {\"message\": line}).")
+    parser.add_argument("--server", default=DEFAULT_ROUTER, help="ROUTER endpoint, tcp://HOST:PORT")
+    parser.add_argument("--app-env", default="logport-production", help="application-environment")
+    parser.add_argument("--topic", default="logs", help="logjam topic (logs.*, events.*, ...)")
+    parser.add_argument("--compression", choices=list(lj.COMPRESSION_NAMES), default="none")
+    parser.add_argument("--sync", action="store_true", help="wait for 202 Accepted after each message")
+    parser.add_argument("--ping", action="store_true", help="ping the device first and print its host name")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a reply")
+
+
+def parse_line(line: bytes) -> Any:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {"message": line.decode("utf-8", "replace").rstrip("\n")}
+    return value if isinstance(value, dict) else {"message": value}
+
+
+async def send_lines(args: argparse.Namespace, lines: IO[bytes]) -> int:
+    producer = LogjamProducer(args.server, args.app_env, args.topic, compression=args.compression)
+    sent = 0
+    try:
+        if args.ping:
+            print(f"ping: 200 OK from {await producer.ping(args.timeout)}", file=sys.stderr)
+        for line in lines:
+            if not line.strip():
+                continue
+            record = parse_line(line)
+            if args.sync:
+                await producer.send_sync(record, timeout=args.timeout)
+            else:
+                await producer.send(record)
+            sent += 1
+        if not args.sync and sent:
+            # async sends carry no reply: a closing ping proves the device read everything before it
+            await producer.ping(args.timeout)
+    finally:
+        producer.close()
+    return sent
+
+
+def send_main(args: argparse.Namespace) -> int:
+    try:
+        sent = asyncio.run(send_lines(args, sys.stdin.buffer))
+    except (LogportError, OSError, zmq.ZMQError) as e:
+        print(f"logport send logjam: {e}", file=sys.stderr)
+        return 1
+    print(f"sent {sent} messages", file=sys.stderr)
+    return 0
