@@ -17,7 +17,16 @@ import zmq.asyncio
 from logport.batch import encode_batch
 from logport.hub import Hub
 from logport.protocols import logjam as lj
-from tests.logjam.helpers import APP_ENV, TOPIC, AgentProducer, RawSubscriber, agent_frames, meta, record, until_connected
+from tests.logjam.helpers import (
+    APP_ENV,
+    TOPIC,
+    AgentProducer,
+    RawSubscriber,
+    agent_frames,
+    meta,
+    record,
+    until_connected,
+)
 from tests.support import hub_config, running_hub, stored_batches
 
 METHODS = [lj.NO_COMPRESSION, lj.ZLIB, lj.SNAPPY, lj.LZ4]

@@ -12,9 +12,8 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import cramjam
 
@@ -33,7 +32,7 @@ LZ4: Final = 3
 COMPRESSION_NAMES: Final = {"none": NO_COMPRESSION, "zlib": ZLIB, "snappy": SNAPPY, "lz4": LZ4}
 
 SEQUENCE_WRAP: Final = 1 << 64
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 _LZ4_SIZE = struct.Struct("!I")
 
@@ -228,7 +227,7 @@ def event_time_of(record: dict[str, Any], created_ms: int) -> tuple[int, int]:
             pass
         else:
             if moment.tzinfo is None:  # the agent writes local time with an offset; bare means UTC
-                moment = moment.replace(tzinfo=timezone.utc)
+                moment = moment.replace(tzinfo=UTC)
             delta = moment - _EPOCH
             micros = delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds
             if micros >= 0:

@@ -123,7 +123,7 @@ class LogjamDevice:
         pub.bind(f"tcp://{cfg.bind}:{cfg.pub_port}")
         endpoint = f"tcp://{self.runtime.hostname}:{cfg.pub_port}".encode()
         self.publisher = LogjamPublisher(zmq.Socket.shadow(pub.underlying), cfg, endpoint, self.metrics)
-        self.router_sock = zmq.Socket.shadow(router.underlying)
+        self.router_sock: zmq.Socket[bytes] = zmq.Socket.shadow(router.underlying)
         self._spawn(self._pump(router, "router"))
         self._spawn(self._pump(pull, "pull"))
         self._spawn(self._complete())
@@ -147,13 +147,13 @@ class LogjamDevice:
     # --- ROUTER and PULL ---
 
     async def _pump(self, asock: zmq.asyncio.Socket, kind: str) -> None:
-        sock = zmq.Socket.shadow(asock.underlying)
+        sock: zmq.Socket[bytes] = zmq.Socket.shadow(asock.underlying)
         recv = sock.recv_multipart
         max_batch = self.config.max_batch
         received = self.metrics.received.labels(kind)
         take = self._take_router if kind == "router" else self._take_pull
         while True:
-            await asock.poll(None, zmq.POLLIN)
+            await asock.poll(timeout=None)  # POLLIN
             batch: list[list[bytes]] = []
             try:
                 while len(batch) < max_batch:

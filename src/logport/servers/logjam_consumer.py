@@ -17,7 +17,14 @@ import zmq.asyncio
 from logport.errors import ProtocolError
 from logport.protocols import logjam as lj
 from logport.runtime import Runtime
-from logport.servers.logjam_ingest import Accepted, LogjamMetrics, MessageDecoder, log, log_invalid, store_accepted
+from logport.servers.logjam_ingest import (
+    Accepted,
+    LogjamMetrics,
+    MessageDecoder,
+    log,
+    log_invalid,
+    store_accepted,
+)
 
 
 class Subscription:
@@ -82,10 +89,10 @@ async def run_subscription(runtime: Runtime, ctx: zmq.asyncio.Context, endpoint:
             for prefix in sub.prefixes():
                 asock.setsockopt(zmq.SUBSCRIBE, prefix)
             asock.connect(endpoint)
-            sock = zmq.Socket.shadow(asock.underlying)
+            sock: zmq.Socket[bytes] = zmq.Socket.shadow(asock.underlying)
             log.info("logjam subscription connected", extra={"peer": endpoint})
             while True:
-                if not await asock.poll(silence_ms, zmq.POLLIN):
+                if not await asock.poll(timeout=silence_ms):
                     metrics.reconnects.labels(endpoint).inc()
                     log.warning("logjam subscription silent, reconnecting",
                                 extra={"peer": endpoint, "limit": cfg.silence_timeout})
