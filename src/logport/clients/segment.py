@@ -225,7 +225,7 @@ class _ClientProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.transport is None or self.closed:
             raise ConnectionError("not connected")
         self.transport.write(data)
@@ -256,6 +256,8 @@ class SegmentAppender:
     Events are kept until the server acknowledges them (DataAppended: durable).
     After a reconnect the server's ack level for the connection id says where to
     resume; everything after it is sent again, and the server stores none of it twice.
+    Events gather into blocks of `block_size` bytes as they are appended; a block
+    keeps its bounds across retransmissions, so acks always fall on block ends.
     """
 
     def __init__(self, host: str, port: int, segment: str, *, connection_id: uuid.UUID | None = None,
@@ -276,9 +278,10 @@ class SegmentAppender:
         self.reconnects = 0
         self.retransmitted_bytes = 0  # sent again after a reconnect (the server stores none of it twice)
         self._high_water = 0  # the highest connection offset ever sent
-        self._events: collections.deque[bytes] = collections.deque()  # unacknowledged Event messages
-        self._unacked_bytes = 0
-        self._sent = 0  # how many of _events went out on the current connection
+        self._blocks: collections.deque[bytes | bytearray] = collections.deque()  # unacknowledged, whole blocks
+        self._pending = bytearray()  # Event messages not yet in a block
+        self._unacked_bytes = 0  # in _blocks and _pending
+        self._sent = 0  # how many of _blocks went out on the current connection
         self._sent_offset = 0  # connection offset up to which this connection sent
         self._wake = asyncio.Event()  # more to send
         self._acked = asyncio.Event()  # the ack level moved (or the connection state changed)
@@ -316,15 +319,24 @@ class SegmentAppender:
             await self._acked.wait()
         self._check()
         pack = frames.HEADER.pack
+        pending = self._pending
+        before = len(pending)
         for body in bodies:
-            message = pack(0, len(body)) + body
-            self._events.append(message)
-            self._unacked_bytes += len(message)
+            pending += pack(0, len(body))
+            pending += body
+        self._unacked_bytes += len(pending) - before
+        if len(pending) >= self.block_size:
+            self._seal_block()
         self._wake.set()
+
+    def _seal_block(self) -> None:
+        if self._pending:
+            self._blocks.append(self._pending)  # never mutated again: a fresh buffer takes its place
+            self._pending = bytearray()
 
     async def flush(self) -> None:
         """Wait until everything appended so far is durable on the server."""
-        while self._events:
+        while self._blocks or self._pending:
             self._check()
             self._acked.clear()
             await self._acked.wait()
@@ -403,7 +415,8 @@ class SegmentAppender:
         if self.token:
             protocol.send(sp.Authenticate(self.token))
         protocol.send(sp.SetupAppend(self.connection_id, self.segment))
-        done, _ = await asyncio.wait({self._setup, self._lost}, timeout=self.connect_timeout,
+        futures: set[asyncio.Future[Any]] = {self._setup, self._lost}
+        done, _ = await asyncio.wait(futures, timeout=self.connect_timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         if self._lost.done():
             raise self._lost.result()
@@ -419,16 +432,17 @@ class SegmentAppender:
         self._sent_offset = reply.ack_level
         lost = self._lost
         while not lost.done():
-            if self._sent == len(self._events):
+            if self._sent == len(self._blocks):
+                if self._pending:
+                    if self.linger > 0:
+                        await asyncio.sleep(self.linger)  # let a fuller block gather
+                    self._seal_block()
+                    continue
                 self._wake.clear()
-                waiter = loop.create_task(self._wake.wait())
+                waiter: asyncio.Future[Any] = loop.create_task(self._wake.wait())
                 await asyncio.wait({waiter, lost}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 continue
-            if self.linger > 0 and self._unsent_bytes() < self.block_size:
-                await asyncio.sleep(self.linger)  # let a fuller block gather
-                if lost.done():
-                    break
             if not protocol.can_write.is_set():
                 waiter = loop.create_task(protocol.can_write.wait())
                 await asyncio.wait({waiter, lost}, return_when=asyncio.FIRST_COMPLETED)
@@ -437,24 +451,14 @@ class SegmentAppender:
             self._send_block(protocol)
         raise lost.result()
 
-    def _unsent_bytes(self) -> int:
-        assert self.ack_level is not None
-        return self.ack_level + self._unacked_bytes - self._sent_offset
-
     def _send_block(self, protocol: _ClientProtocol) -> None:
-        parts: list[bytes] = []
-        size = 0
-        i = self._sent
-        events = self._events
-        while i < len(events) and (not parts or size + len(events[i]) <= self.block_size):
-            parts.append(events[i])
-            size += len(events[i])
-            i += 1
+        block = self._blocks[self._sent]
+        size = len(block)
         start = self._sent_offset
         protocol.write(sp.encode(sp.BeginAppendBlock(self.connection_id, start, size)))
-        protocol.write(b"".join(parts))
+        protocol.write(block)
         protocol.write(sp.encode(sp.EndAppendBlock(self.connection_id, start + size, size)))
-        self._sent = i
+        self._sent += 1
         self._sent_offset = start + size
         if start < self._high_water:
             self.retransmitted_bytes += min(self._high_water, start + size) - start
@@ -473,17 +477,22 @@ class SegmentAppender:
 
     def _drop_acked(self, level: int) -> None:
         assert self.ack_level is not None
-        events = self._events
+        blocks = self._blocks
         acked = self.ack_level
         dropped = 0
-        while events and acked + len(events[0]) <= level:
-            acked += len(events.popleft())
+        while blocks and acked + len(blocks[0]) <= level:
+            acked += len(blocks.popleft())
             dropped += 1
-        if acked != level and level > acked:
-            raise errors.RemoteProtocolError(
-                f"segment server acknowledged offset {level}, which is not an event boundary (at {acked})"
-            )
-        if dropped:
+        if level > acked:
+            # not a block end: only a server that stored part of a block another process sent
+            cut = level - acked
+            if not blocks or not _is_frame_boundary(blocks[0], cut) or self._sent > dropped:
+                raise errors.RemoteProtocolError(
+                    f"segment server acknowledged offset {level}, which is not an event boundary (at {acked})"
+                )
+            blocks[0] = blocks[0][cut:]
+            acked = level
+        if acked != self.ack_level:
             self._unacked_bytes -= acked - self.ack_level
             self._sent = max(0, self._sent - dropped)
             self.ack_level = acked
@@ -514,6 +523,13 @@ class SegmentAppender:
     def _on_lost(self, exc: BaseException) -> None:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
+
+
+def _is_frame_boundary(data: bytes | bytearray, at: int) -> bool:
+    pos = 0
+    while pos < at:
+        pos += frames.HEADER_SIZE + frames.HEADER.unpack_from(data, pos)[1]
+    return pos == at
 
 
 # --- the asyncio reader ---

@@ -549,8 +549,14 @@ class AppendBlock:
     connection_id: uuid.UUID
     start_offset: int  # connection offset before the block
     end_offset: int  # connection offset after it
-    data: bytes  # the block's Event messages (frames in the store's format)
+    data: bytes | bytearray  # the block's Event messages (frames in the store's format); never mutated
     event_count: int
+
+
+def _trimmed(data: bytearray, length: int) -> bytearray:
+    if len(data) > length:  # partial-message wrappers took room the events do not need
+        del data[length:]
+    return data
 
 
 @dataclass(frozen=True)
@@ -591,9 +597,16 @@ TRANSITIONS: Final[dict[tuple[State, str], State]] = {
 class _Block:
     begin: BeginAppendBlock
     remaining: int
-    data: bytearray = field(default_factory=bytearray)
+    # sized once from the declared length (bounded by max_block_size): filled with no reallocation
+    data: bytearray
+    filled: int = 0
     events: int = 0
     end: EndAppendBlock | None = None
+
+    def add(self, chunk: bytes | bytearray | memoryview) -> None:
+        n = len(chunk)
+        self.data[self.filled : self.filled + n] = chunk  # grows only past the declared length (a split event)
+        self.filled += n
 
 
 class Connection:
@@ -613,10 +626,53 @@ class Connection:
     # -- receiving --
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if data:
-            self._buffer += data
-        else:
+        if not data:
             self._closed = True
+            return
+        if self.state is State.IN_BLOCK and not self._buffer:
+            # the hot path: whole events go straight from the received bytes into the block, one copy
+            block = self._block
+            assert block is not None
+            taken = self._take_events(block, data, 0, len(data))
+            if taken < len(data):
+                self._buffer += memoryview(data)[taken:]
+            return
+        self._buffer += data
+
+    def _take_events(self, block: _Block, data: bytes | bytearray | memoryview, start: int, avail: int) -> int:
+        """Copy the whole Event messages at `data[start:start + avail]` into the block; returns the bytes taken.
+
+        Stops at anything else (a PartialMessage, an incomplete event) for the slow path to look at.
+        """
+        pos = 0
+        unpack = HEADER.unpack_from
+        max_event = self.limits.max_event_size
+        remaining = block.remaining
+        events = 0
+        while remaining and pos + HEADER_SIZE <= avail:
+            type_code, length = unpack(data, start + pos)
+            if type_code != _EVENT_TYPE:
+                break
+            if length > max_event:
+                raise LimitExceeded("event", length, "max_event_size", max_event)
+            size = HEADER_SIZE + length
+            if size > remaining:
+                raise SegmentProtocolError(
+                    f"Event of {size} bytes crosses the end of its block ({remaining} bytes left); use PartialMessage"
+                )
+            if pos + size > avail:
+                break
+            pos += size
+            remaining -= size
+            events += 1
+        if pos:
+            with memoryview(data) as view:
+                block.add(view[start : start + pos])
+            block.events += events
+            block.remaining = remaining
+            if remaining == 0:
+                self._move("last byte of the block")
+        return pos
 
     @property
     def buffered(self) -> int:
@@ -682,7 +738,7 @@ class Connection:
             if 0 < message.data_length < HEADER_SIZE:
                 raise SegmentProtocolError(f"BeginAppendBlock data length {message.data_length} cannot hold a message")
             self._move("BeginAppendBlock" if message.data_length else "BeginAppendBlock (empty)")
-            self._block = _Block(message, message.data_length)
+            self._block = _Block(message, message.data_length, bytearray(message.data_length))
             return None
         if isinstance(message, EndAppendBlock):
             return self._end_block(message)
@@ -710,16 +766,16 @@ class Connection:
             raise LimitExceeded("append block", end.block_length, "max_block_size", self.limits.max_block_size)
         block.end = end
         if self._partial is not None:
-            missing = end.block_length - len(block.data)
+            missing = end.block_length - block.filled
             if missing <= len(self._partial):
                 raise SegmentProtocolError(
                     f"EndAppendBlock length {end.block_length} leaves no room for the split event"
                 )
             self._move("EndAppendBlock (split event open)")
             return None
-        if len(block.data) != end.block_length:
+        if block.filled != end.block_length:
             raise SegmentProtocolError(
-                f"EndAppendBlock says {end.block_length} bytes of events; the block held {len(block.data)}"
+                f"EndAppendBlock says {end.block_length} bytes of events; the block held {block.filled}"
             )
         return self._finish_block("EndAppendBlock")
 
@@ -729,7 +785,7 @@ class Connection:
         self._move(label)
         self._block = None
         return AppendBlock(block.begin.connection_id, block.begin.connection_offset, block.end.connection_offset,
-                           bytes(block.data), block.events)
+                           _trimmed(block.data, block.filled), block.events)
 
     def _receive_partial(self, message: PartialMessage, *, in_block: bool) -> Message | AppendBlock | None:
         kind = message.kind
@@ -770,14 +826,14 @@ class Connection:
             self._check_length(type_code, length)
             block = self._block
             assert block is not None
-            block.data += whole
+            block.add(whole)
             block.events += 1
             if self.state is State.SPLIT_EVENT:
                 assert block.end is not None
-                if len(block.data) != block.end.block_length:
+                if block.filled != block.end.block_length:
                     raise SegmentProtocolError(
                         f"EndAppendBlock says {block.end.block_length} bytes of events;"
-                        f" the block held {len(block.data)}"
+                        f" the block held {block.filled}"
                     )
                 return self._finish_block("PartialMessage End")
             return None
@@ -787,44 +843,16 @@ class Connection:
             raise SegmentProtocolError("a partial message holds another partial message")
         return self._receive_message(inner)
 
-    def _read_block_data(self) -> AppendBlock | None | _NeedData:
+    def _read_block_data(self) -> Message | AppendBlock | None | _NeedData:
         """Consume the block's messages that are wholly here; None when the state moved on."""
         block = self._block
         assert block is not None
         buf = self._buffer
-        raw = buf.raw
-        start = buf.start
-        avail = len(raw) - start
-        pos = 0
-        unpack = HEADER.unpack_from
-        max_event = self.limits.max_event_size
+        taken = self._take_events(block, buf.raw, buf.start, len(buf))  # whole events, copied in one go
+        if taken:
+            buf.consumed(taken)
         remaining = block.remaining
-        events = 0
-        # fast path: whole Event messages, copied into the block in one go
-        while remaining and pos + HEADER_SIZE <= avail:
-            type_code, length = unpack(raw, start + pos)
-            if type_code != _EVENT_TYPE:
-                break
-            if length > max_event:
-                raise LimitExceeded("event", length, "max_event_size", max_event)
-            size = HEADER_SIZE + length
-            if size > remaining:
-                raise SegmentProtocolError(
-                    f"Event of {size} bytes crosses the end of its block ({remaining} bytes left); use PartialMessage"
-                )
-            if pos + size > avail:
-                break
-            pos += size
-            remaining -= size
-            events += 1
-        if pos:
-            with memoryview(raw) as view:
-                block.data += view[start : start + pos]
-            block.events += events
-            block.remaining = remaining
-            buf.consumed(pos)
         if remaining == 0:
-            self._move("last byte of the block")
             return None
         if remaining < HEADER_SIZE:
             raise SegmentProtocolError(f"{remaining} bytes left in the block cannot hold a message header")
@@ -856,6 +884,7 @@ class Connection:
     # -- sending --
 
     def send(self, message: Message) -> bytes:
+        allowed: tuple[type[Message], ...]
         if self.role is Role.CLIENT:
             allowed = (*REQUESTS, *BOTH)
         else:

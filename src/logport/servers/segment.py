@@ -22,14 +22,12 @@ from logport import errors
 from logport.config import SegmentServerConfig
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
-from logport.store import SegmentStore, WriterCondition
-from logport.store import frames
+from logport.store import SegmentStore, WriterCondition, frames
 from logport.store.files import check_segment_name
 from logport.tls import server_context
 
 log = logging.getLogger("logport.segment")
 
-COALESCE_MAX = 8 * 1024 * 1024  # blocks of one connection id joined into one store append
 
 
 @dataclass
@@ -57,17 +55,20 @@ class SegmentMetrics:
 
 @dataclass
 class _Writer:
-    """One appending connection id on one TCP connection."""
+    """One appending connection id on one TCP connection.
+
+    Each block becomes its own store append as soon as it arrives, so the
+    store's group commit takes every block queued meanwhile in one fsync.
+    """
 
     connection_id: uuid.UUID
     segment: str
-    previous: asyncio.Task[None] | None  # the pipeline this SetupAppend replaced
-    queue: list[sp.AppendBlock] = field(default_factory=list)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    previous: set[asyncio.Task[None]]  # in-flight appends of the writer this SetupAppend replaced
     ready: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    task: asyncio.Task[None] | None = None
+    inflight: set[asyncio.Task[None]] = field(default_factory=set)
+    last: asyncio.Task[None] | None = None  # the append of the block before
+    acked: int = -1  # the highest ack level sent
     failed: bool = False  # refused a block: later blocks are dropped until the next SetupAppend
-    closed: bool = False
 
 
 class SegmentServer:
@@ -167,9 +168,6 @@ class SegmentServerProtocol(asyncio.Protocol):
             self._control_task.cancel()
         for task in list(self.tasks):
             task.cancel()  # reads; append pipelines finish what they hold
-        for writer in self.writers.values():
-            writer.closed = True
-            writer.wake.set()
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -220,15 +218,15 @@ class SegmentServerProtocol(asyncio.Protocol):
             self.transport.close()
 
     def busy(self) -> bool:
-        return bool(self.tasks) or not self._control.empty() or any(w.queue for w in self.writers.values())
+        return bool(self.tasks) or not self._control.empty() or any(w.inflight for w in self.writers.values())
 
     async def finish(self) -> None:
         """Wait for the append pipelines (so nothing queued is lost), cancel the rest."""
         for task in list(self.tasks):
             task.cancel()
-        pipelines = [w.task for w in self.writers.values() if w.task is not None]
-        if pipelines:
-            await asyncio.gather(*pipelines, return_exceptions=True)
+        appends = [t for w in self.writers.values() for t in w.inflight]
+        if appends:
+            await asyncio.gather(*appends, return_exceptions=True)
 
     # --- replies ---
 
@@ -382,19 +380,15 @@ class SegmentServerProtocol(asyncio.Protocol):
     # --- appends ---
 
     def _setup_append(self, request: sp.SetupAppend) -> _Writer:
-        """Blocks that follow at once queue on the new writer; the control task answers the setup."""
+        """Blocks that follow at once wait on the new writer; the control task answers the setup."""
         old = self.writers.get(request.connection_id)
-        if old is not None:
-            old.closed = True
-            old.wake.set()
-        writer = _Writer(request.connection_id, request.segment, old.task if old else None)
+        writer = _Writer(request.connection_id, request.segment, set(old.inflight) if old else set())
         self.writers[request.connection_id] = writer
-        writer.task = asyncio.get_running_loop().create_task(self._run_writer(writer))
         return writer
 
     async def _setup_writer(self, writer: _Writer) -> None:
-        if writer.previous is not None:  # its in-flight appends move the ack level
-            await asyncio.gather(writer.previous, return_exceptions=True)
+        if writer.previous:  # their appends move the ack level
+            await asyncio.gather(*writer.previous, return_exceptions=True)
         segment = writer.segment
         try:
             check_segment_name(segment)
@@ -405,6 +399,7 @@ class SegmentServerProtocol(asyncio.Protocol):
             if self.store.info(segment).sealed:
                 raise errors.SegmentSealed(segment)
         except errors.StoreError as e:
+            writer.failed = True
             self.reply(self._error_reply(segment, e))
             writer.ready.set_result(False)
             return
@@ -421,13 +416,16 @@ class SegmentServerProtocol(asyncio.Protocol):
         self.server.metrics.append_blocks.inc()
         if writer.failed:
             return
-        writer.queue.append(block)
-        writer.wake.set()
         self.pending_bytes += len(block.data)
         if self.pending_bytes > self.config.max_pending_bytes and not self.reading_paused:
-            self.reading_paused = True
+            self.reading_paused = True  # back-pressure: the store is behind
             if self.transport is not None:
                 self.transport.pause_reading()
+        # tasks start in creation order, so the blocks reach the store's queue in order
+        task = asyncio.get_running_loop().create_task(self._store_block(writer, block, writer.last))
+        writer.last = task
+        writer.inflight.add(task)
+        task.add_done_callback(writer.inflight.discard)
 
     def _release(self, nbytes: int) -> None:
         self.pending_bytes -= nbytes
@@ -436,89 +434,68 @@ class SegmentServerProtocol(asyncio.Protocol):
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.resume_reading()
 
-    async def _run_writer(self, writer: _Writer) -> None:
+    async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None) -> None:
         segment = writer.segment
-        key = writer.connection_id.bytes
-        if not await writer.ready:
-            writer.failed = True
-            self._drop_queue(writer)
-            return
-        while True:
-            if not writer.queue:
-                if writer.closed:
-                    return
-                writer.wake.clear()
-                await writer.wake.wait()
-                continue
-            blocks = self._take_contiguous(writer)
-            nbytes = sum(len(b.data) for b in blocks)
-            data = blocks[0].data if len(blocks) == 1 else b"".join(b.data for b in blocks)
-            try:
-                ack, duplicate = await self._store_exactly_once(segment, key, blocks[0].start_offset,
-                                                                blocks[-1].end_offset, data)
-            except errors.WriterOffsetMismatch as e:
+        nbytes = len(block.data)
+        try:
+            if not await writer.ready or writer.failed:
+                return
+            ack, duplicate = await self._store_exactly_once(
+                segment, writer.connection_id.bytes, block.start_offset, block.end_offset, block.data, before)
+        except errors.WriterOffsetMismatch as e:
+            if not writer.failed:
+                writer.failed = True
                 log.warning("block does not continue the connection's offset",
                             extra={"peer": self.peer, "segment": segment, "ack_level": e.expected, "value": e.got})
-                writer.failed = True
-                self._release(nbytes)
                 self.reply(sp.WrongConnectionOffset(writer.connection_id, e.expected, e.got))
-                self._drop_queue(writer)
-                return
-            except errors.StoreError as e:
-                log.warning("append refused", extra={"peer": self.peer, "segment": segment, "error": str(e)})
+            return
+        except errors.StoreError as e:
+            if not writer.failed:
                 writer.failed = True
-                self._release(nbytes)
+                log.warning("append refused", extra={"peer": self.peer, "segment": segment, "error": str(e)})
                 self.reply(self._error_reply(segment, e))
-                self._drop_queue(writer)
-                return
+            return
+        finally:
             self._release(nbytes)
-            if duplicate:
-                self.server.metrics.duplicate_blocks.inc(len(blocks))
-            else:
-                self.server.metrics.append_bytes.inc(nbytes)
-            self.reply(sp.DataAppended(writer.connection_id, ack))
+        if duplicate:
+            self.server.metrics.duplicate_blocks.inc()
+        else:
+            self.server.metrics.append_bytes.inc(nbytes)
+        # blocks may finish out of order after a retry; the ack level never goes back
+        writer.acked = max(writer.acked, ack)
+        self.reply(sp.DataAppended(writer.connection_id, writer.acked))
 
-    def _drop_queue(self, writer: _Writer) -> None:
-        self._release(sum(len(b.data) for b in writer.queue))
-        writer.queue.clear()
-
-    @staticmethod
-    def _take_contiguous(writer: _Writer) -> list[sp.AppendBlock]:
-        queue = writer.queue
-        taken = [queue[0]]
-        size = len(queue[0].data)
-        i = 1
-        while i < len(queue) and queue[i].start_offset == taken[-1].end_offset and size + len(queue[i].data) <= COALESCE_MAX:
-            taken.append(queue[i])
-            size += len(queue[i].data)
-            i += 1
-        del queue[:i]
-        return taken
-
-    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int,
-                                  data: bytes) -> tuple[int, bool]:
+    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes | bytearray,
+                                  before: asyncio.Task[None] | None) -> tuple[int, bool]:
         """Store the events of [start, end) of a connection; (ack level, whether all were duplicates).
 
         A retransmission may overlap what is stored (the server stored a block whose
         ack was lost, and the client re-cut its blocks): the stored prefix is cut
-        off at its event boundary and the rest appended.
+        off at its event boundary and the rest appended. A block that found the
+        store short of its start while the block before it was still in flight
+        (the store's queue was full and took them out of order) tries again after it.
         """
         while True:
             try:
-                result = await self.store.append_framed(segment, data, writer=WriterCondition(key, end, start),
-                                                        create=False)
+                result = await self.store.append_framed(
+                    segment, data, writer=WriterCondition(key, end, start), create=False  # type: ignore[arg-type]
+                )  # a bytearray joins into the store's write like bytes, with no copy here
             except errors.WriterOffsetMismatch as e:
                 stored = e.expected
                 if start < stored < end and _is_frame_boundary(data, stored - start):
                     data = data[stored - start :]
                     start = stored
                     continue
+                if stored < start and before is not None:
+                    await asyncio.gather(before, return_exceptions=True)
+                    before = None
+                    continue
                 raise
             assert result.writer_offset is not None
             return result.writer_offset, result.duplicate
 
 
-def _is_frame_boundary(data: bytes, at: int) -> bool:
+def _is_frame_boundary(data: bytes | bytearray, at: int) -> bool:
     pos = 0
     while pos < at:
         pos += frames.HEADER_SIZE + frames.HEADER.unpack_from(data, pos)[1]

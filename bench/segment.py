@@ -1,0 +1,237 @@
+"""Segment protocol: append throughput (1 KiB and 64 KiB events, 1 and 8 appenders) beside the store's own
+append figure measured in the same run, and read throughput (catch-up from offset 0, and at the tail).
+
+The server is a hub in this process (uvloop); the appenders and readers are logport's own clients in a
+separate process (this file run with --load), so the server's CPU is its own. The store figure calls
+SegmentStore.append directly in this process with the same event size, the same number of concurrent
+writers, and one block's worth of events per append.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import header, run_async, table  # noqa: E402
+
+MiB = 1024 * 1024
+SEGMENT = "bench"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", default=None, help="data directory parent (default: ./bench-out)")
+    p.add_argument("--sizes", default="1024,65536", help="event sizes in bytes (the frame is 8 bytes more)")
+    p.add_argument("--appenders", default="1,8", help="concurrent appender counts")
+    p.add_argument("--mib-small", type=int, default=32, help="MiB appended per case for events < 64 KiB")
+    p.add_argument("--mib-large", type=int, default=128, help="MiB appended per case for 64 KiB events")
+    p.add_argument("--block-size", type=int, default=1 * MiB, help="append block size of the clients")
+    p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
+
+
+# --- the client process ---
+
+
+async def load_append(port: int, size: int, appenders: int, total: int, block_size: int) -> dict[str, Any]:
+    from logport.clients.segment import SegmentAppender
+
+    body = os.urandom(size)
+    per = max(1, total // size // appenders)
+    batch = max(1, block_size // (size + 8))  # as the store case: one block's worth of events per call
+    apps = [SegmentAppender("127.0.0.1", port, SEGMENT, block_size=block_size, linger=0.0005)
+            for _ in range(appenders)]
+    for app in apps:
+        await app.start()
+
+    async def one(app: SegmentAppender) -> None:
+        left = per
+        while left:
+            n = min(batch, left)
+            await app.append_many([body] * n)
+            left -= n
+        await app.flush()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(a) for a in apps))
+    elapsed = time.perf_counter() - t0
+    for app in apps:
+        await app.close()
+    return {"seconds": elapsed, "events": per * appenders, "bytes": per * appenders * size}
+
+
+async def load_read(port: int, expect: int, follow: bool) -> dict[str, Any]:
+    from logport.clients.segment import SegmentReader
+
+    events = 0
+    nbytes = 0
+    t_first = t0 = time.perf_counter()
+    async with SegmentReader("127.0.0.1", port, read_size=4 * MiB) as reader:
+        async for _, body in reader.events(SEGMENT, 0, follow=follow, wait=5.0):
+            if events == 0:
+                t_first = time.perf_counter()
+            events += 1
+            nbytes += len(body)
+            if events >= expect:
+                break
+    t1 = time.perf_counter()
+    return {"seconds": t1 - (t_first if follow else t0), "events": events, "bytes": nbytes}
+
+
+def client_main(spec: dict[str, Any]) -> None:
+    if spec["mode"] == "append":
+        coro = load_append(spec["port"], spec["size"], spec["appenders"], spec["total"], spec["block_size"])
+    else:
+        coro = load_read(spec["port"], spec["expect"], spec["mode"] == "tail")
+    result = run_async(lambda: coro)
+    print(json.dumps(result), flush=True)
+
+
+async def run_client(spec: dict[str, Any]) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--load", json.dumps(spec),
+                                                stdout=subprocess.PIPE)
+    out, _ = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"client process failed ({proc.returncode}) for {spec}")
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+# --- the server side ---
+
+
+def hub_config(data_dir: Path, fsync: str) -> Any:
+    from logport.config import Config, StoreConfig
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.conftest import free_port
+
+    config = Config()
+    config.store = StoreConfig(data_dir=str(data_dir), fsync=fsync)  # type: ignore[arg-type]
+    config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
+    config.metrics.enabled = False
+    config.segment.port = free_port()
+    return config
+
+
+async def segment_case(work: Path, args: argparse.Namespace, size: int, appenders: int, total: int,
+                       reads: bool) -> dict[str, Any]:
+    from logport.hub import Hub
+
+    data = work / "segment"
+    shutil.rmtree(data, ignore_errors=True)
+    config = hub_config(data, args.fsync)
+    hub = Hub(config, serve_metrics=False)
+    await hub.start()
+    port = config.segment.port
+    assert hub.runtime is not None
+    await hub.runtime.store.create(SEGMENT)
+    try:
+        out: dict[str, Any] = {}
+        if reads:  # a reader follows the tail while the appender writes
+            expect = max(1, total // size // appenders) * appenders
+            tail = asyncio.create_task(run_client({"mode": "tail", "port": port, "expect": expect}))
+            await asyncio.sleep(1.0)  # the reader is connected and waiting at the tail
+        out["append"] = await run_client({"mode": "append", "port": port, "size": size, "appenders": appenders,
+                                          "total": total, "block_size": args.block_size})
+        if reads:
+            out["tail"] = await tail
+            out["cold"] = await run_client({"mode": "cold", "port": port, "expect": out["append"]["events"]})
+            t0 = time.perf_counter()
+            direct = direct_read(data)
+            out["direct"] = {"seconds": time.perf_counter() - t0, "bytes": direct}
+        return out
+    finally:
+        await hub.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def direct_read(data_dir: Path) -> int:
+    """The store's own read path (DirectoryReader) over the same data: the ceiling for catch-up reads."""
+    from logport.store.reader import DirectoryReader
+
+    return sum(len(body) for _, body in DirectoryReader(data_dir).iter_events(SEGMENT))
+
+
+async def store_case(work: Path, args: argparse.Namespace, size: int, writers: int, total: int) -> dict[str, Any]:
+    from logport.config import StoreConfig
+    from logport.store import SegmentStore
+
+    root = work / "store"
+    shutil.rmtree(root, ignore_errors=True)
+    store = await SegmentStore.open(StoreConfig(data_dir=str(root), fsync=args.fsync))
+    await store.create(SEGMENT)
+    body = os.urandom(size)
+    per = max(1, total // size // writers)
+    batch = max(1, args.block_size // (size + 8))
+
+    async def one() -> None:
+        left = per
+        while left:
+            n = min(batch, left)
+            await store.append(SEGMENT, [body] * n)
+            left -= n
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(writers)))
+    elapsed = time.perf_counter() - t0
+    await store.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return {"seconds": elapsed, "bytes": per * writers * size}
+
+
+def mbs(result: dict[str, Any]) -> float:
+    return float(result["bytes"]) / float(result["seconds"]) / 1e6
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.load:
+        client_main(json.loads(args.load))
+        return 0
+    base = Path(args.dir or "bench-out")
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=base))
+    header(f"segment: protocol appends and reads beside the store's own appends, fsync={args.fsync}, {work}")
+    rows = []
+    read_rows = []
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            total = (args.mib_large if size >= 65536 else args.mib_small) * MiB
+            for appenders in (int(a) for a in args.appenders.split(",")):
+                reads = appenders == 1
+                store = run_async(lambda s=size, a=appenders, t=total: store_case(work, args, s, a, t))
+                seg = run_async(lambda s=size, a=appenders, t=total, r=reads: segment_case(work, args, s, a, t, r))
+                a = seg["append"]
+                rows.append((f"{size // 1024} KiB", appenders, round(mbs(a), 1), round(mbs(store), 1),
+                             f"{mbs(a) / mbs(store):.0%}", round(a["events"] / a["seconds"])))
+                if reads:
+                    read_rows.append((f"{size // 1024} KiB", round(mbs(seg["cold"]), 1),
+                                      round(mbs(seg["direct"]), 1), f"{mbs(seg['cold']) / mbs(seg['direct']):.0%}",
+                                      round(mbs(seg["tail"]), 1), f"{mbs(seg['tail']) / mbs(a):.0%}"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    table(["event", "appenders", "segment MB/s", "store MB/s", "segment/store", "events/s"], rows)
+    print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
+    print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
+    print(f"#   handed one block ({args.block_size} bytes) of events per call. MB/s of event bodies.")
+    print()
+    table(["event", "catch-up read MB/s", "store read MB/s", "catch-up/store", "tail read MB/s",
+           "tail/append"], read_rows)
+    print("# catch-up: SegmentReader from offset 0 of the segment just written (page cache warm); store read:")
+    print("#   DirectoryReader.iter_events over the same files in-process; tail: a SegmentReader following the")
+    print("#   segment while the 1-appender case writes (its rate is bounded by the append rate).")
+    return 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    sys.exit(run(p.parse_args()))
