@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import ssl
@@ -18,7 +19,7 @@ import pytest
 from logport.clients.lumberjack import LumberjackClient, window_frames
 from logport.config import LumberjackOutputConfig, TLSConfig
 from logport.protocols._receivebuffer import NEED_DATA
-from logport.protocols.lumberjack import Connection, Data, Role, WindowSize
+from logport.protocols.lumberjack import Connection, DataFrames, Role, WindowSize
 from tests.conftest import REPO, VECTORS
 from tests.lumberjack.harness import (
     lumberjack_config,
@@ -78,6 +79,12 @@ async def fake_server(handler: Handler) -> tuple[asyncio.Server, int, list[int]]
     return server, server.sockets[0].getsockname()[1], connections
 
 
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    seq: int
+    fields: dict
+
+
 class WindowReader:
     """Reads a client's stream window by window (one decoder for the whole connection)."""
 
@@ -85,9 +92,9 @@ class WindowReader:
         self.reader = reader
         self.conn = Connection(Role.SERVER)
         self.raw = bytearray()
-        self.pending: list[WindowSize | Data] = []
+        self.pending: list[WindowSize | tuple[int, dict]] = []
 
-    async def window(self) -> tuple[bytes, list[Data]]:
+    async def window(self) -> tuple[bytes, list[Frame]]:
         """The next `W n` and its n events; the raw bytes read for it."""
         size, events = None, []
         while size is None or len(events) < size:
@@ -97,17 +104,20 @@ class WindowReader:
                 self.raw += chunk
                 self.conn.receive_data(chunk)
                 while (event := self.conn.next_event()) is not NEED_DATA:
-                    self.pending.append(event)  # type: ignore[arg-type]
+                    if isinstance(event, DataFrames):
+                        self.pending.extend(event.frames)
+                    else:
+                        self.pending.append(event)  # type: ignore[arg-type]
             event = self.pending.pop(0)
             if isinstance(event, WindowSize):
                 size = event.size
             else:
-                events.append(event)
+                events.append(Frame(*event))
         raw, self.raw = bytes(self.raw), bytearray()
         return raw, events
 
 
-async def read_window(reader: asyncio.StreamReader) -> tuple[bytes, list[Data]]:
+async def read_window(reader: asyncio.StreamReader) -> tuple[bytes, list[Frame]]:
     return await WindowReader(reader).window()
 
 
@@ -172,7 +182,7 @@ async def test_keepalives_hold_off_the_ack_timeout() -> None:
 
 
 async def test_ack_timeout_reconnects_and_resends() -> None:
-    received: list[list[Data]] = []
+    received: list[list[Frame]] = []
 
     async def forgetful(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         _, events = await read_window(reader)
@@ -195,7 +205,7 @@ async def test_ack_timeout_reconnects_and_resends() -> None:
 
 
 async def test_partial_ack_then_broken_connection_resends_only_the_tail() -> None:
-    received: list[list[Data]] = []
+    received: list[list[Frame]] = []
 
     async def flaky(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         _, events = await read_window(reader)

@@ -92,8 +92,7 @@ class _Wire(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
         self.proto.receive_data(data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import calendar
 import enum
+import re
 import struct
 import time
 import zlib
@@ -53,12 +54,20 @@ class WindowSize:
 
 
 @dataclass(frozen=True, slots=True)
-class Data:
-    """One event: a `D` frame (v1, str -> str fields) or a `J` frame (v2, a JSON object)."""
+class DataFrames:
+    """Consecutive data frames of one version, in stream order, as (seq, fields) pairs.
+
+    `D` frames (v1) carry str -> str fields, `J` frames (v2) a JSON object. One
+    event per run of frames (all of a C frame, say) keeps Python object churn
+    off the per-event path.
+    """
 
     version: int
-    seq: int
-    fields: dict[str, Any]
+    frames: list[tuple[int, dict[str, Any]]]
+
+    @property
+    def seqs(self) -> list[int]:
+        return [seq for seq, _ in self.frames]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +78,7 @@ class Ack:
     seq: int
 
 
-Event = WindowSize | Data | Ack
+Event = WindowSize | DataFrames | Ack
 
 
 # --- errors ---
@@ -114,13 +123,16 @@ class Connection:
         self.version: int | None = None  # the version of the last frame received
         self._buffer = ReceiveBuffer()
         self._events: deque[Event] = deque()
+        self._run: list[tuple[int, dict[str, Any]]] = []  # data frames not yet handed out as DataFrames
+        self._run_version = V2
         self._error: RemoteProtocolError | None = None
         self._fresh = True
 
     # --- receiving ---
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self._buffer += data
+        if self._error is None:
+            self._buffer += data
 
     @property
     def buffered(self) -> int:
@@ -137,9 +149,11 @@ class Connection:
         except RemoteProtocolError as e:
             e.peer = self.peer
             self._error = e
+            self._end_run()
             if self._events:  # hand out what came before the error first
                 return self._events.popleft()
             raise
+        self._end_run()
         if self._events:
             return self._events.popleft()
         return NEED_DATA
@@ -198,7 +212,10 @@ class Connection:
                 raise RemoteProtocolError(f"J frame seq {seq} is not valid JSON: {e}") from None
             if type(fields) is not dict:
                 raise RemoteProtocolError(f"J frame seq {seq} holds JSON {type(fields).__name__}, not an object")
-            self._events.append(Data(version, seq, fields))
+            if version != self._run_version:
+                self._end_run()
+                self._run_version = version
+            self._run.append((seq, fields))
             return stop
         if kind == WINDOW:
             if end - pos < 6:
@@ -206,6 +223,7 @@ class Connection:
             size = _U32.unpack_from(data, pos + 2)[0]
             if size > self.limits.max_window_size:
                 raise CountLimitExceeded("window", size, "max_window_size", self.limits.max_window_size)
+            self._end_run()
             self._events.append(WindowSize(version, size))
             return pos + 6
         if kind == COMPRESSED:
@@ -224,6 +242,40 @@ class Connection:
         if kind == ACK:
             raise RemoteProtocolError("'A' frame from a lumberjack client: only the server acknowledges")
         raise RemoteProtocolError(f"invalid lumberjack frame type 0x{kind:02x} (version '{chr(version)}')")
+
+    def _parse_json_run(self, data: bytes, pos: int, end: int) -> int:
+        """The hot path: consecutive whole `J` frames of the run's version (what Filebeat's C frames hold).
+
+        Stops at anything else (returning its position) for `_parse_frame` to handle.
+        """
+        version = self._run_version
+        limit = self.limits.max_payload_size
+        unpack = _JSON_HEAD.unpack_from
+        loads = orjson.loads
+        view = memoryview(data)
+        run = self._run
+        start = pos
+        while end - pos >= 10 and data[pos + 1] == JSON and data[pos] == version:
+            _, _, seq, length = unpack(data, pos)
+            stop = pos + 10 + length
+            if length > limit or stop > end:
+                break  # _parse_frame reports it
+            try:
+                fields = loads(view[pos + 10 : stop])
+            except orjson.JSONDecodeError:
+                break
+            if type(fields) is not dict:
+                break
+            run.append((seq, fields))
+            pos = stop
+        if pos > start:
+            self.version = version
+        return pos
+
+    def _end_run(self) -> None:
+        if self._run:
+            self._events.append(DataFrames(self._run_version, self._run))
+            self._run = []
 
     def _parse_data_frame(self, data: bytes | bytearray, pos: int, end: int, version: int) -> int | None:
         limit = self.limits.max_payload_size
@@ -251,7 +303,10 @@ class Connection:
                 return None
             fields[key] = bytes(data[p + 4 : p + 4 + vlen]).decode("utf-8", "replace")
             p += 4 + vlen
-        self._events.append(Data(version, seq, fields))
+        if version != self._run_version:
+            self._end_run()
+            self._run_version = version
+        self._run.append((seq, fields))
         return p
 
     def _inflate(self, compressed: memoryview, depth: int) -> None:
@@ -272,6 +327,9 @@ class Connection:
             raise RemoteProtocolError(f"C frame has {len(inflater.unused_data)} bytes after its zlib stream")
         pos, end = 0, len(inner)
         while pos < end:
+            pos = self._parse_json_run(inner, pos, end)
+            if pos >= end:
+                break
             new_pos = self._parse_frame(inner, pos, end, depth + 1)
             if new_pos is None:
                 raise RemoteProtocolError(
@@ -291,10 +349,12 @@ class Connection:
             raise LocalProtocolError(f"a lumberjack server cannot send {type(event).__name__}")
         if isinstance(event, WindowSize):
             return encode_window(event.version, event.size)
-        if isinstance(event, Data):
+        if isinstance(event, DataFrames):
             if event.version == V1:
-                return encode_data_v1(event.seq, event.fields)
-            return encode_json(event.seq, orjson.dumps(event.fields))
+                return b"".join(encode_data_v1(seq, fields) for seq, fields in event.frames)
+            if event.version == V2:
+                return b"".join(encode_json(seq, orjson.dumps(fields)) for seq, fields in event.frames)
+            _check_version(event.version)
         raise LocalProtocolError(f"cannot send {event!r}")
 
 
@@ -356,42 +416,45 @@ def compressed_frame(version: int, frames: bytes | Iterable[bytes], level: int =
 _second_cache: dict[str, int] = {}
 
 
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d+))?(?:([Zz])|([+-])(\d\d):(\d\d))\Z")
+
+
 def parse_timestamp(value: Any) -> tuple[int, int] | None:
     """(seconds, nanos) of a Beats `@timestamp` (RFC 3339, up to nanoseconds), None if it is not one."""
-    if type(value) is not str or len(value) < 20 or value[10] not in "Tt ":
+    if type(value) is not str:
         return None
-    head = value[:19]
-    rest = value[19:]
-    nanos = 0
-    if rest[:1] == ".":
-        i = 1
-        while i < len(rest) and rest[i].isdigit():
-            i += 1
-        digits = rest[1:i]
-        if not digits:
-            return None
-        nanos = int(digits[:9].ljust(9, "0"))
-        rest = rest[i:]
-    if rest in ("Z", "z"):
-        offset = 0
-    elif len(rest) == 6 and rest[0] in "+-" and rest[3] == ":" and rest[1:3].isdigit() and rest[4:].isdigit():
-        offset = (int(rest[1:3]) * 3600 + int(rest[4:]) * 60) * (1 if rest[0] == "+" else -1)
-    else:
+    # fast path: what Beats write, "2026-11-22T03:25:39.028135265Z"
+    if len(value) == 30 and value[19] == "." and value[29] == "Z" and value[10] == "T":
+        seconds = _second_cache.get(value[:19])
+        if seconds is not None:
+            try:
+                nanos = int(value[20:29])
+            except ValueError:
+                return None
+            if nanos >= 0:  # int() also takes "+1234567" or " 1234567": harmless; "-" is not
+                return seconds, nanos
+    m = _TIMESTAMP.match(value)
+    if m is None:
         return None
+    date, clock, fraction, zulu, sign, hours, minutes = m.groups()
+    if not value.isascii():
+        return None
+    head = f"{date}T{clock}"
     seconds = _second_cache.get(head)
     if seconds is None:
         try:
-            tm = time.strptime(head.replace("t", "T").replace(" ", "T"), "%Y-%m-%dT%H:%M:%S")
+            seconds = calendar.timegm(time.strptime(head, "%Y-%m-%dT%H:%M:%S"))
         except ValueError:
             return None
-        seconds = calendar.timegm(tm)
         if len(_second_cache) >= 4096:
             _second_cache.clear()
         _second_cache[head] = seconds
-    seconds -= offset
+    if not zulu:
+        offset = int(hours) * 3600 + int(minutes) * 60
+        seconds += -offset if sign == "+" else offset
     if seconds < 0:
         return None
-    return seconds, nanos
+    return seconds, int(fraction[:9].ljust(9, "0")) if fraction else 0
 
 
 def format_timestamp(seconds: int, nanos: int) -> str:

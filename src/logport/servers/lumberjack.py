@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -19,13 +20,15 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from logport.batch import encode_batch, pack_entry
+import msgpack
+
+from logport.batch import encode_batch
 from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LogportError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
     Connection,
-    Data,
+    DataFrames,
     Limits,
     Role,
     WindowSize,
@@ -45,12 +48,29 @@ RESUME_AT_WINDOWS = 1
 BATCH_OVERHEAD = 64 * 1024
 
 
+# `[EventTime, record]` as logport.batch.pack_entry packs it (fixarray 2, fixext8 type 0, uint32 s, uint32 ns),
+# without building an ExtType per event: this is the listener's hot path
+_ENTRY_HEAD = struct.Struct(">BBBII")
+_record_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def pack_entry(seconds: int, nanos: int, record: dict[str, Any]) -> bytes:
+    return _ENTRY_HEAD.pack(0x92, 0xD7, 0, seconds & 0xFFFFFFFF, nanos) + _record_packer.pack(record)
+
+
 @dataclass(slots=True)
 class Window:
     """Events to store together and acknowledge with one `A` (empty: a `W 0`, acknowledged with 0)."""
 
     version: int
-    events: list[Data]
+    events: list[tuple[int, dict[str, Any]]]  # (seq, fields)
+    stored: asyncio.Task[None] | None = None  # the append, started as soon as the window is complete
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """An append whose connection is gone still finishes; its error (reported via the ack loop) is retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 class LumberjackMetrics:
@@ -65,8 +85,8 @@ class LumberjackMetrics:
         self.connections = Gauge("logport_lumberjack_connections", "Open connections", registry=r)
 
 
-def build_batches(events: list[Data], *, tag: str, tag_from_beat: bool, peer: str, max_body: int,
-                  received_ns: int) -> list[tuple[str, bytes, int]]:
+def build_batches(events: list[tuple[int, dict[str, Any]]], *, tag: str, tag_from_beat: bool, peer: str,
+                  max_body: int, received_ns: int) -> list[tuple[str, bytes, int]]:
     """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
 
     The record is the event without `@metadata`, which goes into the option;
@@ -74,33 +94,37 @@ def build_batches(events: list[Data], *, tag: str, tag_from_beat: bool, peer: st
     """
     out: list[tuple[str, bytes, int]] = []
     default_s, default_ns = divmod(received_ns, 1_000_000_000)
-    run: list[bytes] = []
+    head = _ENTRY_HEAD.pack
+    pack = _record_packer.pack
+    parts: list[bytes] = []  # entry head, packed record, entry head, ...
     run_bytes = 0
     run_meta: Any = None
     run_tag = tag
 
     def close_run() -> None:
-        if run:
-            option: dict[str, Any] = {"size": len(run), "source": SOURCE, "peer": peer}
+        if parts:
+            count = len(parts) // 2
+            option: dict[str, Any] = {"size": count, "source": SOURCE, "peer": peer}
             if run_meta is not None:
                 option["@metadata"] = run_meta
-            out.append((run_tag, encode_batch(run_tag, b"".join(run), option), len(run)))
+            out.append((run_tag, encode_batch(run_tag, b"".join(parts), option), count))
 
-    for event in events:
-        fields = event.fields
+    for _, fields in events:
         meta = fields.pop("@metadata", None)
         if meta != run_meta or run_bytes > max_body:
             close_run()
-            run, run_bytes, run_meta = [], 0, meta
+            parts, run_bytes, run_meta = [], 0, meta
             run_tag = tag
             if tag_from_beat and isinstance(meta, dict):
                 beat = meta.get("beat")
                 if isinstance(beat, str) and beat:
                     run_tag = beat
         t = parse_timestamp(fields.get("@timestamp"))
-        entry = pack_entry(t[0], t[1], fields) if t is not None else pack_entry(default_s, default_ns, fields)
-        run.append(entry)
-        run_bytes += len(entry)
+        seconds, nanos = t if t is not None else (default_s, default_ns)
+        record = pack(fields)
+        parts.append(head(0x92, 0xD7, 0, seconds & 0xFFFFFFFF, nanos))
+        parts.append(record)
+        run_bytes += len(record)
     close_run()
     return out
 
@@ -157,7 +181,7 @@ class LumberjackConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.proto: Connection | None = None
         self.loop = asyncio.get_running_loop()
-        self.window: list[Data] = []  # events of the current window not yet handed to the store
+        self.window: list[tuple[int, dict[str, Any]]] = []  # (seq, fields) of events of the current window not yet handed to the store
         self.window_version = 0x32
         self.window_remaining: int | None = None  # events still due in the current window; None: no W yet
         self.jobs: deque[Window] = deque()
@@ -174,8 +198,7 @@ class LumberjackConnection(asyncio.Protocol):
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
         addr = transport.get_extra_info("peername")
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         srv = self.server
@@ -203,15 +226,8 @@ class LumberjackConnection(asyncio.Protocol):
                 event = proto.next_event()
                 if event is NEED_DATA:
                     break
-                if type(event) is Data:
-                    self.window.append(event)
-                    if self.window_remaining is not None:
-                        self.window_remaining -= 1
-                        if self.window_remaining <= 0:
-                            self.window_remaining = None
-                            self._finish_window()
-                    elif len(self.window) >= self.config.max_window_size:
-                        self._finish_window()
+                if type(event) is DataFrames:
+                    self._add_frames(event.frames)
                 elif type(event) is WindowSize:
                     if self.window:  # the previous window was cut short: store what came
                         self._finish_window()
@@ -234,6 +250,22 @@ class LumberjackConnection(asyncio.Protocol):
 
     # --- windows ---
 
+    def _add_frames(self, frames: list[tuple[int, dict[str, Any]]]) -> None:
+        """Add data frames to the current window, finishing windows as their announced size is reached."""
+        while frames:
+            remaining = self.window_remaining
+            if remaining is None:  # no W frame (yet): the window ends on a pause or at max_window_size
+                remaining = self.config.max_window_size - len(self.window)
+            taken, frames = frames[:remaining], frames[remaining:]
+            self.window.extend(taken)
+            if self.window_remaining is not None:
+                self.window_remaining -= len(taken)
+                if self.window_remaining <= 0:
+                    self.window_remaining = None
+                    self._finish_window()
+            elif len(self.window) >= self.config.max_window_size:
+                self._finish_window()
+
     def _finish_window(self) -> None:
         if self.partial_timer is not None:
             self.partial_timer.cancel()
@@ -247,52 +279,59 @@ class LumberjackConnection(asyncio.Protocol):
             self._finish_window()
 
     def _queue(self, window: Window) -> None:
+        """Start storing the window now (its append overlaps the next window's decoding); ack in order."""
+        if window.events:
+            window.stored = self.loop.create_task(self._append(window.events))
+            window.stored.add_done_callback(_retrieve)
         self.jobs.append(window)
         self.jobs_ready.set()
         if len(self.jobs) >= PAUSE_AT_WINDOWS and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
 
-    async def _store_windows(self) -> None:
+    async def _append(self, events: list[tuple[int, dict[str, Any]]]) -> None:
         srv = self.server
-        store = srv.runtime.store
-        router = srv.runtime.router
         cfg = self.config
+        batches = build_batches(events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
+                                max_body=srv.max_body, received_ns=time.time_ns())
+        by_segment: dict[str, list[bytes]] = {}
+        counts: dict[str, int] = {}
+        for tag, body, count in batches:
+            segment = srv.runtime.router.segment_for(tag, cfg.segment)
+            by_segment.setdefault(segment, []).append(body)
+            counts[segment] = counts.get(segment, 0) + count
+        store = srv.runtime.store
+        if len(by_segment) == 1:
+            ((segment, bodies),) = by_segment.items()
+            await store.append(segment, bodies)
+        else:
+            await asyncio.gather(*(store.append(s, b) for s, b in by_segment.items()))
+        for segment, count in counts.items():
+            srv.metrics.events.labels(segment).inc(count)
+
+    async def _store_windows(self) -> None:
+        """Acknowledge each window, in order, once its append has returned (durable)."""
+        srv = self.server
         try:
             while not self.closed:
                 if not self.jobs:
                     self.jobs_ready.clear()
                     await self.jobs_ready.wait()
                     continue
-                window = self.jobs.popleft()
+                window = self.jobs[0]
                 seq = 0
-                if window.events:
-                    seq = window.events[-1].seq
-                    batches = build_batches(
-                        window.events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
-                        max_body=srv.max_body, received_ns=time.time_ns(),
-                    )
-                    by_segment: dict[str, list[bytes]] = {}
-                    counts: dict[str, int] = {}
-                    for tag, body, count in batches:
-                        segment = router.segment_for(tag, cfg.segment)
-                        by_segment.setdefault(segment, []).append(body)
-                        counts[segment] = counts.get(segment, 0) + count
+                if window.stored is not None:
+                    seq = window.events[-1][0]
                     self.storing = True
                     self._arm_keepalive(window.version)
                     try:
-                        if len(by_segment) == 1:
-                            ((segment, bodies),) = by_segment.items()
-                            await store.append(segment, bodies)
-                        else:
-                            await asyncio.gather(*(store.append(s, b) for s, b in by_segment.items()))
+                        await asyncio.shield(window.stored)
                     finally:
                         self.storing = False
                         if self.keepalive_timer is not None:
                             self.keepalive_timer.cancel()
                             self.keepalive_timer = None
-                    for segment, count in counts.items():
-                        srv.metrics.events.labels(segment).inc(count)
+                self.jobs.popleft()
                 if self.closed or self.transport is None:
                     return
                 self.transport.write(encode_ack(window.version, seq))
