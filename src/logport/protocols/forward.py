@@ -245,6 +245,37 @@ def _decompress_zstd(data: bytes, limit: int) -> bytes:
     return out
 
 
+_HEAD = 64  # bytes of a frame's start kept to read its declared size
+_LENGTH_HEADERS = {0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC4: 1, 0xC5: 2, 0xC6: 4}  # str8/16/32, bin8/16/32
+
+
+def _str_or_bin(head: bytes, pos: int) -> tuple[int, int] | None:
+    """(header length, payload length) of the str/bin at `pos`, or None."""
+    if pos >= len(head):
+        return None
+    b = head[pos]
+    if 0xA0 <= b <= 0xBF:
+        return 1, b & 0x1F
+    width = _LENGTH_HEADERS.get(b)
+    if width is None or pos + 1 + width > len(head):
+        return None
+    return 1 + width, int.from_bytes(head[pos + 1:pos + 1 + width], "big")
+
+
+def declared_frame_size(head: bytes) -> int | None:
+    """From the first bytes of a PackedForward frame: the bytes up to the end of its entries, or None."""
+    if not head or head[0] not in (0x92, 0x93, 0x94):
+        return None
+    tag = _str_or_bin(head, 1)
+    if tag is None:
+        return None
+    pos = 1 + tag[0] + tag[1]
+    entries = _str_or_bin(head, pos)
+    if entries is None:
+        return None
+    return pos + entries[0] + entries[1]
+
+
 # --- encoding (client side, and the server's own replies) ---
 
 
@@ -316,7 +347,10 @@ class ServerConnection:
         self.username = ""
         self._buffer = ReceiveBuffer()
         self._unpacker = _unpacker(chunk_size_limit)
-        self._pending = 0  # bytes fed to the unpacker and not yet consumed
+        self._fed = 0  # bytes handed to the unpacker so far
+        self._frame_start = 0  # stream offset where the frame being received starts
+        self._last_piece = b""
+        self._head: bytes | None = b""  # first bytes of the frame being received (None: not known)
         self._json: bool | None = None  # decided by the first byte of the connection
         self._scan = (0, 0, False, False)  # JSON mode: (position, depth, in a string, after a backslash)
 
@@ -330,7 +364,7 @@ class ServerConnection:
     @property
     def buffered(self) -> int:
         """Bytes received and not yet turned into events."""
-        return len(self._buffer) + self._pending
+        return len(self._buffer) + self._fed - self._frame_start
 
     def next_event(self) -> EventBatch | Heartbeat | Ping | Any:
         if self._json is None:
@@ -357,24 +391,32 @@ class ServerConnection:
         up = self._unpacker
         limit = self.chunk_size_limit
         while True:
-            before = up.tell()
             try:
                 obj = up.unpack()
             except msgpack.OutOfData:
-                self._pending -= up.tell() - before
-                if self._pending > limit:
-                    raise LimitExceeded("frame", self._pending, "chunk_size_limit", limit) from None
+                # msgpack consumes a container's elements as they come: count the frame from its start
+                frame = self._fed - self._frame_start
+                if frame > limit:
+                    raise LimitExceeded("frame", frame, "chunk_size_limit", limit) from None
+                declared = declared_frame_size(self._head) if self._head is not None else None
+                if declared is not None and declared > limit:  # refuse at once, without buffering it
+                    raise LimitExceeded("frame", declared, "chunk_size_limit", limit) from None
                 if not self._buffer:
                     return NEED_DATA
                 # feed no more than one frame can use, so memory stays within the limit
-                room = limit + 1 - self._pending
-                piece = self._buffer.extract(min(len(self._buffer), room))
+                piece = self._buffer.extract(min(len(self._buffer), limit + 1 - frame))
                 up.feed(piece)
-                self._pending += len(piece)
+                self._fed += len(piece)
+                self._last_piece = piece
+                if self._head is not None and len(self._head) < _HEAD:
+                    self._head += piece[:_HEAD - len(self._head)]
                 continue
             except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
                 raise ForwardProtocolError(f"invalid msgpack: {e}") from None
-            self._pending -= up.tell() - before
+            self._frame_start = up.tell()
+            left = self._fed - self._frame_start  # the next frame's first bytes, at the end of the last piece
+            last = self._last_piece
+            self._head = last[len(last) - left:][:_HEAD] if left <= len(last) else None
             return obj
 
     def _next_json(self) -> Any:

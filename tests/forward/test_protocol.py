@@ -1,0 +1,430 @@
+"""Sans-IO Forward: bytes in, events out, for every mode and option; the handshake; limits; hypothesis."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+
+import msgpack
+import pytest
+import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logport.batch import decode_batch, encode_batch, iter_entries
+from logport.errors import (
+    AuthenticationError,
+    LimitExceeded,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
+from logport.protocols import forward as fp
+from logport.protocols.forward import NEED_DATA, EventBatch, Heartbeat, Mode, ServerConnection
+
+ET = msgpack.ExtType(0, bytes.fromhex("5f5e1000075bcd15"))  # 1600000000 s + 123456789 ns
+ET8 = b"\xc7\x08\x00" + bytes.fromhex("5f5e1000075bcd15")  # the same as ext8 instead of fixext8
+P = msgpack.Packer(use_bin_type=True)
+
+
+def packed(*entries: object) -> bytes:
+    return b"".join(P.pack(e) for e in entries)
+
+
+def events(data: bytes, **kwargs: object) -> list[object]:
+    conn = ServerConnection(**kwargs)  # type: ignore[arg-type]
+    conn.receive_data(data)
+    out = []
+    while (event := conn.next_event()) is not NEED_DATA:
+        out.append(event)
+    return out
+
+
+def times_and_records(batch: EventBatch) -> list[tuple[int, int, object]]:
+    return [(e.seconds, e.nanos, e.record) for e in iter_entries(batch.entries)]
+
+
+gz = gzip.compress
+ENTRIES = packed([ET, {"a": 1}], [1600000001, {"b": "x"}])
+STR_PAYLOAD = msgpack.packb(["t", ENTRIES.decode("latin-1")], use_bin_type=True)  # placeholder, rebuilt below
+
+
+def str32(payload: bytes) -> bytes:
+    """A msgpack str header + bytes that need not be UTF-8 (as Fluentd's out_forward sends)."""
+    return b"\xdb" + len(payload).to_bytes(4, "big") + payload
+
+
+BINARY_RECORD = packed([ET, {"bytes": b"\xff\xfe\x00"}], [ET, {"s": "ünï"}])
+
+# (name, wire bytes, expected mode, expected (seconds, nanos, record) list, option subset, invalid)
+MODE_CASES = [
+    ("message int time", P.pack(["t", 1600000000, {"k": "v"}]), Mode.MESSAGE, [(1600000000, 0, {"k": "v"})], {}, 0),
+    ("message EventTime fixext8", P.pack(["t", ET, {"k": "v"}]), Mode.MESSAGE,
+     [(1600000000, 123456789, {"k": "v"})], {}, 0),
+    ("message EventTime ext8", b"\x93\xa1t" + ET8 + P.pack({"k": "v"}), Mode.MESSAGE,
+     [(1600000000, 123456789, {"k": "v"})], {}, 0),
+    ("message with option", P.pack(["t", 1, {"k": 1}, {"chunk": "c1"}]), Mode.MESSAGE, [(1, 0, {"k": 1})],
+     {"chunk": "c1"}, 0),
+    ("message float time invalid", P.pack(["t", 1.5, {"k": 1}]), Mode.MESSAGE, [], {}, 1),
+    ("forward", P.pack(["t", [[ET, {"a": 1}], [2, {"b": 2}]], {"size": 2}]), Mode.FORWARD,
+     [(1600000000, 123456789, {"a": 1}), (2, 0, {"b": 2})], {"size": 2}, 0),
+    ("forward v1.5 metadata", P.pack(["t", [[[ET, {"m": 1}], {"a": 1}]]]), Mode.FORWARD,
+     [(1600000000, 123456789, {"a": 1})], {}, 0),
+    ("forward invalid entries skipped", P.pack(["t", [[ET, {"a": 1}], [ET, "not a map"], "junk", [1, {"z": 0}]]]),
+     Mode.FORWARD, [(1600000000, 123456789, {"a": 1}), (1, 0, {"z": 0})], {}, 2),
+    ("packed bin", P.pack(["t", ENTRIES, {"chunk": "c", "size": 2}]), Mode.PACKED_FORWARD,
+     [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {"chunk": "c", "size": 2}, 0),
+    ("packed str32 binary", b"\x92\xa1t" + str32(BINARY_RECORD), Mode.PACKED_FORWARD,
+     [(1600000000, 123456789, {"bytes": b"\xff\xfe\x00"}), (1600000000, 123456789, {"s": "ünï"})], {}, 0),
+    ("packed compressed text", P.pack(["t", ENTRIES, {"compressed": "text"}]), Mode.PACKED_FORWARD,
+     [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {"compressed": "text"}, 0),
+    ("packed v1.5 metadata", P.pack(["t", packed([[ET, {"otlp": {}}], {"a": 1}])]), Mode.PACKED_FORWARD,
+     [(1600000000, 123456789, {"a": 1})], {}, 0),
+    ("packed ext8 times", P.pack(["t", b"\x92" + ET8 + P.pack({"a": 1})]), Mode.PACKED_FORWARD,
+     [(1600000000, 123456789, {"a": 1})], {}, 0),
+    ("packed invalid entries skipped", P.pack(["t", packed([ET, {"a": 1}], [1.5, {"f": 1}], [ET, [1]],
+                                                          [ET, {"a": 1}, 3], 7, [2, {"b": 2}])]),
+     Mode.PACKED_FORWARD, [(1600000000, 123456789, {"a": 1}), (2, 0, {"b": 2})], {}, 4),
+    ("packed truncated tail counted", P.pack(["t", ENTRIES + b"\x92\xd7"]), Mode.PACKED_FORWARD,
+     [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {}, 1),
+    ("gzip", P.pack(["t", gz(ENTRIES), {"compressed": "gzip", "chunk": "c"}]), Mode.COMPRESSED_PACKED_FORWARD,
+     [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {"chunk": "c"}, 0),
+    ("gzip several members", P.pack(["t", gz(ENTRIES[:15]) + gz(ENTRIES[15:]), {"compressed": "gzip"}]),
+     Mode.COMPRESSED_PACKED_FORWARD, [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {}, 0),
+    ("gzip in str32", b"\x93\xa1t" + str32(gz(ENTRIES)) + P.pack({"compressed": "gzip"}),
+     Mode.COMPRESSED_PACKED_FORWARD, [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {}, 0),
+    ("zstd", P.pack(["t", zstandard.ZstdCompressor().compress(ENTRIES), {"compressed": "zstd"}]),
+     Mode.COMPRESSED_PACKED_FORWARD, [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})], {}, 0),
+    ("fluent_signal and metadata options", P.pack(["t", ENTRIES, {"fluent_signal": 0, "metadata": {"x": 1}}]),
+     Mode.PACKED_FORWARD, [(1600000000, 123456789, {"a": 1}), (1600000001, 0, {"b": "x"})],
+     {"fluent_signal": 0, "metadata": {"x": 1}}, 0),
+    ("json message", b'["t", 1600000000, {"k": "v"}]', Mode.JSON, [(1600000000, 0, {"k": "v"})], {}, 0),
+    ("json float time keeps the fraction", b'["t", 1600000000.25, {"k": 1}]', Mode.JSON,
+     [(1600000000, 250000000, {"k": 1})], {}, 0),
+    ("json forward", b'["t", [[1, {"a": 1}], [2, {"b": 2}]], {"chunk": "j"}]', Mode.JSON,
+     [(1, 0, {"a": 1}), (2, 0, {"b": 2})], {"chunk": "j"}, 0),
+]
+
+
+@pytest.mark.parametrize("name,wire,mode,expected,option,invalid", MODE_CASES, ids=[c[0] for c in MODE_CASES])
+def test_modes(name: str, wire: bytes, mode: Mode, expected: list[object], option: dict[str, object],
+               invalid: int) -> None:
+    (batch,) = events(wire)
+    assert isinstance(batch, EventBatch)
+    assert batch.tag == "t"
+    assert batch.mode is mode
+    assert times_and_records(batch) == expected
+    assert batch.size == len(expected)
+    assert batch.invalid == invalid
+    assert batch.option == option
+    assert "compressed" not in batch.option or batch.option["compressed"] == "text"
+
+
+@pytest.mark.parametrize("name,wire,mode,expected,option,invalid", MODE_CASES, ids=[c[0] for c in MODE_CASES])
+def test_modes_byte_by_byte(name: str, wire: bytes, mode: Mode, expected: list[object],
+                            option: dict[str, object], invalid: int) -> None:
+    """Fluent Bit splits one message across several writes: any split gives the same event."""
+    conn = ServerConnection()
+    got = []
+    for i in range(len(wire)):
+        conn.receive_data(wire[i:i + 1])
+        while (event := conn.next_event()) is not NEED_DATA:
+            got.append(event)
+    (batch,) = got
+    assert isinstance(batch, EventBatch) and times_and_records(batch) == expected
+
+
+def test_packed_entries_are_kept_as_sent() -> None:
+    """PackedForward bytes go to the store unchanged: no record is decoded and re-encoded."""
+    (batch,) = events(b"\x92\xa1t" + str32(BINARY_RECORD))
+    assert isinstance(batch, EventBatch) and batch.entries == BINARY_RECORD
+    stored = decode_batch(encode_batch(batch.tag, batch.entries, {"size": batch.size}))
+    assert stored.entries == BINARY_RECORD
+
+
+def test_heartbeats_and_pipelined_messages() -> None:
+    wire = b"\xc0" + P.pack(["a", 1, {"x": 1}]) + b"\xc0\xc0" + P.pack(["b", ENTRIES])
+    got = events(wire)
+    assert [type(e).__name__ for e in got] == ["Heartbeat", "EventBatch", "Heartbeat", "Heartbeat", "EventBatch"]
+    assert [e.tag for e in got if isinstance(e, EventBatch)] == ["a", "b"]
+
+
+def test_chunk_ack_same_msgpack_type() -> None:
+    conn = ServerConnection()
+    assert conn.send(fp.Ack("abc")) == P.pack({"ack": "abc"})
+    assert conn.send(fp.Ack(b"abc")) == b"\x81\xa3ack\xc4\x03abc"  # a bin chunk is acked as bin
+
+
+@pytest.mark.parametrize("wire,message", [
+    (P.pack({"not": "array"}), "expected a [tag"),
+    (P.pack([1, 2, {}]), "tag is not a string"),
+    (P.pack(["t", 1]), "message mode needs"),
+    (P.pack(["t", ENTRIES, "opt"]), "option is not a map"),
+    (P.pack(["t", ENTRIES, {"compressed": "lz77"}]), "unknown compression"),
+    (P.pack(["t", b"not gzip at all", {"compressed": "gzip"}]), "gzip payload is invalid"),
+    (P.pack(["t", gz(ENTRIES)[:-6], {"compressed": "gzip"}]), "gzip payload is truncated"),
+    (P.pack(["t", b"nope", {"compressed": "zstd"}]), "zstd payload is invalid"),
+    (b"\xc1", "invalid msgpack"),
+    (b"[1, 2, oops]", "invalid JSON"),
+])
+def test_remote_protocol_errors(wire: bytes, message: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=re.escape(message)) as info:
+        events(wire, peer="10.0.0.1:5000")
+    assert info.value.peer == "10.0.0.1:5000"
+
+
+def test_chunk_size_limit_names_peer_limit_and_size() -> None:
+    wire = P.pack(["t", b"x" * 5000])
+    with pytest.raises(LimitExceeded) as info:
+        events(wire, peer="10.0.0.1:5000", chunk_size_limit=4096)
+    assert info.value.limit_name == "chunk_size_limit" and info.value.limit == 4096
+    assert str(info.value).startswith("frame of ") and "from 10.0.0.1:5000 exceeds chunk_size_limit 4096" in str(info.value)
+
+
+def test_chunk_size_limit_bounds_memory_of_a_huge_send() -> None:
+    conn = ServerConnection(chunk_size_limit=1 << 16)
+    conn.receive_data(P.pack(["t", b"x" * (1 << 22)]))
+    with pytest.raises(LimitExceeded):
+        conn.next_event()
+    assert conn.buffered - len(conn._buffer) <= (1 << 16) + 1  # never more than a frame's worth in msgpack
+
+
+def test_forward_mode_frame_counted_from_its_start() -> None:
+    """msgpack consumes array elements as they arrive: a huge Forward array still hits the limit."""
+    conn = ServerConnection(chunk_size_limit=1 << 16)
+    wire = P.pack(["t", [[i, {"k": "v" * 20}] for i in range(20000)]])
+    with pytest.raises(LimitExceeded) as info:
+        for i in range(0, len(wire), 4096):
+            conn.receive_data(wire[i:i + 4096])
+            assert conn.next_event() is NEED_DATA
+    assert info.value.value > 1 << 16
+
+
+def test_messages_up_to_the_limit_pass_when_pipelined() -> None:
+    one = P.pack(["t", packed([1, {"x": "y" * 900}])])
+    got = events(one * 20, chunk_size_limit=len(one))
+    assert len(got) == 20
+
+
+@pytest.mark.parametrize("compress", ["gzip", "zstd"])
+def test_decompression_bomb(compress: str) -> None:
+    payload = packed([1, {"x": "y" * (1 << 20)}])
+    wire = fp.encode_packed_forward("t", payload, compressed=compress)
+    assert len(wire) < 20_000
+    with pytest.raises(LimitExceeded) as info:
+        events(wire, decompression_size_limit=1 << 18)
+    assert info.value.limit_name == "decompression_size_limit"
+
+
+def test_data_after_close_is_refused() -> None:
+    conn = ServerConnection()
+    conn.receive_data(b"\xc1")
+    with pytest.raises(RemoteProtocolError):
+        conn.next_event()
+    with pytest.raises(RemoteProtocolError):
+        conn.receive_data(b"\xc0")
+
+
+# --- the handshake ---
+
+NONCE = bytes(range(16))
+SALT = bytes(range(16, 32))
+
+
+def handshake(shared_key: str = "k", users: dict[str, str] | None = None, **client: str) -> tuple[
+        ServerConnection, fp.ClientConnection]:
+    server = ServerConnection(shared_key="k", users=users, hostname="srv", nonce=NONCE, auth_salt=SALT)
+    kwargs = {"hostname": "cli", **client}
+    cl = fp.ClientConnection(shared_key=shared_key, **kwargs)  # type: ignore[arg-type]
+    cl.receive_data(server.initiate())
+    assert isinstance(cl.next_event(), fp.Helo)
+    server.receive_data(cl.ping())
+    return server, cl
+
+
+def test_handshake_with_users() -> None:
+    server, cl = handshake(users={"alice": "s3cret"}, username="alice", password="s3cret")
+    ping = server.next_event()
+    assert isinstance(ping, fp.Ping) and isinstance(ping.salt, str)  # salt as str: Fluent Bit refuses bin
+    pong = server.answer(ping)
+    assert pong.auth_result and server.state is fp.ServerState.READY
+    cl.receive_data(server.send(pong))
+    assert isinstance(cl.next_event(), fp.Pong) and cl.state is fp.ClientState.READY
+    assert msgpack.unpackb(server.send(pong))[3] == "srv"  # hostname as str
+    server.receive_data(cl.send(Heartbeat()))
+    assert server.next_event() == Heartbeat()
+
+
+@pytest.mark.parametrize("client,users,reason", [
+    ({"shared_key": "wrong"}, None, "shared_key mismatch"),
+    ({"username": "alice", "password": "bad"}, {"alice": "s3cret"}, "username/password mismatch"),
+    ({"username": "mallory", "password": "s3cret"}, {"alice": "s3cret"}, "username/password mismatch"),
+    ({"hostname": "srv"}, None, "same hostname"),
+])
+def test_handshake_refused(client: dict[str, str], users: dict[str, str] | None, reason: str) -> None:
+    server, cl = handshake(users=users, **client)
+    pong = server.answer(server.next_event())  # type: ignore[arg-type]
+    assert not pong.auth_result and reason in pong.reason and server.state is fp.ServerState.CLOSED
+    assert msgpack.unpackb(server.send(pong)) == ["PONG", False, pong.reason, "", ""]
+    cl.receive_data(server.send(pong))
+    with pytest.raises(AuthenticationError, match=reason.split()[0]):
+        cl.next_event()
+
+
+def test_events_before_ping_are_an_authentication_error() -> None:
+    server = ServerConnection(shared_key="k")
+    server.receive_data(P.pack(["t", 1, {"a": 1}]))
+    with pytest.raises(AuthenticationError):
+        server.next_event()
+
+
+def test_json_is_not_accepted_with_a_shared_key() -> None:
+    server = ServerConnection(shared_key="k")
+    server.receive_data(b'["t", 1, {}]')
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()
+
+
+def test_client_rejects_a_forged_pong() -> None:
+    server, cl = handshake()
+    pong = server.answer(server.next_event())  # type: ignore[arg-type]
+    cl.receive_data(P.pack(["PONG", True, "", "srv", "0" * 128]))
+    with pytest.raises(AuthenticationError, match="digest"):
+        cl.next_event()
+    assert pong.auth_result
+
+
+def test_client_refuses_to_send_before_the_handshake() -> None:
+    cl = fp.ClientConnection(shared_key="k")
+    with pytest.raises(LocalProtocolError):
+        cl.send(Heartbeat())
+
+
+# --- the client encodes every mode; the server reads it back ---
+
+@pytest.mark.parametrize("mode,option", [
+    (Mode.MESSAGE, {}), (Mode.FORWARD, {"chunk": "f"}), (Mode.PACKED_FORWARD, {"chunk": b"bin-chunk"}),
+    (Mode.COMPRESSED_PACKED_FORWARD, {"compressed": "gzip"}), (Mode.COMPRESSED_PACKED_FORWARD, {"compressed": "zstd"}),
+])
+def test_client_modes_roundtrip(mode: Mode, option: dict[str, object]) -> None:
+    count = 1 if mode is Mode.MESSAGE else 3
+    entries = packed(*[[ET, {"i": i, "s": "ü"}] for i in range(count)])
+    wire = fp.ClientConnection().send(EventBatch("tag.x", entries, option, count, 0, mode))
+    (batch,) = events(wire)
+    assert isinstance(batch, EventBatch)
+    assert batch.mode is mode and batch.entries == entries and batch.size == count
+    assert {k: v for k, v in option.items() if k != "compressed"} == batch.option
+
+
+# --- Fluent Bit's recordings, sans-IO ---
+
+def conversation(name: str, direction: str, vectors: object) -> tuple[dict[str, object], bytes]:
+    doc = json.loads((vectors / name).read_text())  # type: ignore[operator]
+    return doc, b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == direction)
+
+
+def test_fluent_bit_client_recording() -> None:
+    from tests.conftest import VECTORS
+
+    doc, client_bytes = conversation("fluent-bit-out_forward-secure-gzip-ack.json", "client->server", VECTORS)
+    _, server_bytes = conversation("fluent-bit-out_forward-secure-gzip-ack.json", "server->client", VECTORS)
+    conn = ServerConnection(shared_key=str(doc["shared_key"]), users=doc["users"],  # type: ignore[arg-type]
+                            hostname=str(doc["server_hostname"]), nonce=bytes.fromhex(str(doc["server_nonce_hex"])),
+                            auth_salt=bytes.fromhex(str(doc["server_auth_salt_hex"])))
+    helo = conn.initiate()
+    assert server_bytes.startswith(helo)
+    conn.receive_data(client_bytes)
+    ping = conn.next_event()
+    assert isinstance(ping, fp.Ping) and ping.username == "alice"
+    pong = conn.send(conn.answer(ping))
+    assert server_bytes[len(helo):].startswith(pong)  # byte for byte what the recording server sent
+    batch = conn.next_event()
+    assert isinstance(batch, EventBatch) and batch.mode is Mode.COMPRESSED_PACKED_FORWARD
+    assert batch.tag == "app.access" and batch.size == 3 and batch.invalid == 0
+    assert batch.option["fluent_signal"] == 0 and "compressed" not in batch.option
+    assert all(e.meta == {} for e in iter_entries(batch.entries))
+    assert conn.send(fp.Ack(batch.chunk)) == server_bytes[len(helo) + len(pong):]  # type: ignore[arg-type]
+    assert conn.next_event() is NEED_DATA
+
+
+def test_fluent_bit_server_recording() -> None:
+    from tests.conftest import VECTORS
+
+    doc, server_bytes = conversation("fluent-bit-in_forward-secure-ack.json", "server->client", VECTORS)
+    _, client_bytes = conversation("fluent-bit-in_forward-secure-ack.json", "client->server", VECTORS)
+    cl = fp.ClientConnection(shared_key=str(doc["shared_key_used"]), hostname=str(doc["client_hostname"]),
+                             username="alice", password="s3cret", salt=str(doc["client_salt"]))
+    cl.receive_data(server_bytes)
+    assert isinstance(cl.next_event(), fp.Helo)
+    assert client_bytes.startswith(cl.ping())  # our PING is byte for byte the one Fluent Bit accepted
+    pong = cl.next_event()
+    assert isinstance(pong, fp.Pong) and pong.hostname == "fluent-bit-server"
+    ack = cl.next_event()
+    assert isinstance(ack, fp.Ack) and ack.chunk == "Y2FwdHVyZS1jaHVuay0wMQ=="
+
+
+# --- hypothesis: arbitrary bytes never raise anything but the protocol's error, never hang ---
+
+@given(st.binary(max_size=2048), st.integers(min_value=1, max_value=64))
+def test_arbitrary_bytes(data: bytes, split: int) -> None:
+    conn = ServerConnection(chunk_size_limit=4096, decompression_size_limit=1 << 16)
+    try:
+        for i in range(0, len(data), split):
+            conn.receive_data(data[i:i + split])
+            for _ in range(len(data) + 2):
+                if conn.next_event() is NEED_DATA:
+                    break
+            else:
+                raise AssertionError("next_event never asked for more data")
+    except RemoteProtocolError:
+        pass
+    assert conn.buffered <= len(data)
+
+
+@given(st.lists(st.tuples(st.one_of(st.integers(0, 2**32 - 1), st.just(ET), st.floats(), st.text(max_size=3)),
+                          st.one_of(st.dictionaries(st.text(max_size=5), st.integers(-2**63, 2**64 - 1)), st.integers(-2**63, 2**64 - 1), st.none())),
+                max_size=20), st.binary(max_size=8))
+def test_scan_entries_counts_exactly_the_valid_entries(entries: list[tuple[object, object]], tail: bytes) -> None:
+    data = packed(*[list(e) for e in entries])
+    kept, valid, invalid = fp.scan_entries(data)
+    good = [e for e in entries if isinstance(e[1], dict) and (e[0] is ET or (isinstance(e[0], int)))]
+    assert valid == len(good) and invalid == len(entries) - len(good)
+    assert kept == packed(*[list(e) for e in good])
+    kept2, valid2, _ = fp.scan_entries(data + tail)
+    assert valid2 >= valid and kept2.startswith(kept)
+
+
+def test_split_entries_keeps_every_entry() -> None:
+    data = packed(*[[i, {"x": "y" * 100}] for i in range(50)])
+    pieces = fp.split_entries(data, 1000)
+    assert len(pieces) > 5 and all(len(p) <= 1000 for p in pieces) and b"".join(pieces) == data
+
+
+def test_add_record_keys() -> None:
+    out = fp.add_record_keys(packed([ET, {"a": 1}]), {"host": "h"})
+    assert [(e.record, e.nanos) for e in iter_entries(out)] == [({"a": 1, "host": "h"}, 123456789)]
+
+
+def test_gzip_helper_roundtrip_through_zlib() -> None:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    data = c.compress(ENTRIES) + c.flush()
+    assert fp._decompress_gzip(data + data, 1 << 20) == ENTRIES + ENTRIES
+
+
+def test_oversize_frame_refused_from_its_header_before_it_is_buffered() -> None:
+    """The declared size is in the first bytes: refuse a 70 MB frame after 64 KiB, naming its real size."""
+    conn = ServerConnection(peer="127.0.0.1:5123", chunk_size_limit=64 * 1024 * 1024)
+    header = b"\x93\xa1t\xc6" + (70_000_000).to_bytes(4, "big")
+    conn.receive_data(header + b"\x00" * 65536)
+    with pytest.raises(LimitExceeded) as info:
+        conn.next_event()
+    assert str(info.value) == "frame of 70000008 bytes from 127.0.0.1:5123 exceeds chunk_size_limit 67108864"
+
+
+@pytest.mark.parametrize("head,size", [
+    (b"\x93\xa1t\xc6\x00\x01\x00\x00", 3 + 5 + 65536), (b"\x92\xa3tag\xdb\x00\x00\x01\x00", 5 + 5 + 256),
+    (b"\x92\xa1t\xc4\x10", 3 + 2 + 16), (b"\x92\xa1t\xb0", 3 + 1 + 16), (b"\x93\xa1t\x91", None),
+    (b"\x93\xa1t\xc6\x00", None), (b"\x81", None), (b"", None)])
+def test_declared_frame_size(head: bytes, size: int | None) -> None:
+    assert fp.declared_frame_size(head) == size
