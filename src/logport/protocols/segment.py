@@ -549,14 +549,8 @@ class AppendBlock:
     connection_id: uuid.UUID
     start_offset: int  # connection offset before the block
     end_offset: int  # connection offset after it
-    data: bytes | bytearray  # the block's Event messages (frames in the store's format); never mutated
+    data: bytes  # the block's Event messages (frames in the store's format)
     event_count: int
-
-
-def _trimmed(data: bytearray, length: int) -> bytearray:
-    if len(data) > length:  # partial-message wrappers took room the events do not need
-        del data[length:]
-    return data
 
 
 @dataclass(frozen=True)
@@ -597,16 +591,15 @@ TRANSITIONS: Final[dict[tuple[State, str], State]] = {
 class _Block:
     begin: BeginAppendBlock
     remaining: int
-    # sized once from the declared length (bounded by max_block_size): filled with no reallocation
-    data: bytearray
+    # pieces of immutable received bytes (no copy until the one join at the end)
+    chunks: list[bytes | memoryview] = field(default_factory=list)
     filled: int = 0
     events: int = 0
     end: EndAppendBlock | None = None
 
-    def add(self, chunk: bytes | bytearray | memoryview) -> None:
-        n = len(chunk)
-        self.data[self.filled : self.filled + n] = chunk  # grows only past the declared length (a split event)
-        self.filled += n
+    def add(self, chunk: bytes | memoryview) -> None:
+        self.chunks.append(chunk)
+        self.filled += len(chunk)
 
 
 class Connection:
@@ -666,8 +659,10 @@ class Connection:
             remaining -= size
             events += 1
         if pos:
-            with memoryview(data) as view:
-                block.add(view[start : start + pos])
+            if isinstance(data, bytes):
+                block.add(data if pos == len(data) else memoryview(data)[start : start + pos])
+            else:  # a buffer that will change: copy out
+                block.add(bytes(memoryview(data)[start : start + pos]))
             block.events += events
             block.remaining = remaining
             if remaining == 0:
@@ -738,7 +733,7 @@ class Connection:
             if 0 < message.data_length < HEADER_SIZE:
                 raise SegmentProtocolError(f"BeginAppendBlock data length {message.data_length} cannot hold a message")
             self._move("BeginAppendBlock" if message.data_length else "BeginAppendBlock (empty)")
-            self._block = _Block(message, message.data_length, bytearray(message.data_length))
+            self._block = _Block(message, message.data_length)
             return None
         if isinstance(message, EndAppendBlock):
             return self._end_block(message)
@@ -785,7 +780,7 @@ class Connection:
         self._move(label)
         self._block = None
         return AppendBlock(block.begin.connection_id, block.begin.connection_offset, block.end.connection_offset,
-                           _trimmed(block.data, block.filled), block.events)
+                           b"".join(block.chunks), block.events)
 
     def _receive_partial(self, message: PartialMessage, *, in_block: bool) -> Message | AppendBlock | None:
         kind = message.kind

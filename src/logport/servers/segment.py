@@ -465,7 +465,7 @@ class SegmentServerProtocol(asyncio.Protocol):
         writer.acked = max(writer.acked, ack)
         self.reply(sp.DataAppended(writer.connection_id, writer.acked))
 
-    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes | bytearray,
+    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes,
                                   before: asyncio.Task[None] | None) -> tuple[int, bool]:
         """Store the events of [start, end) of a connection; (ack level, whether all were duplicates).
 
@@ -477,9 +477,8 @@ class SegmentServerProtocol(asyncio.Protocol):
         """
         while True:
             try:
-                result = await self.store.append_framed(
-                    segment, data, writer=WriterCondition(key, end, start), create=False  # type: ignore[arg-type]
-                )  # a bytearray joins into the store's write like bytes, with no copy here
+                result = await self.store.append_framed(segment, data, writer=WriterCondition(key, end, start),
+                                                        create=False)
             except errors.WriterOffsetMismatch as e:
                 stored = e.expected
                 if start < stored < end and _is_frame_boundary(data, stored - start):
@@ -495,7 +494,7 @@ class SegmentServerProtocol(asyncio.Protocol):
             return result.writer_offset, result.duplicate
 
 
-def _is_frame_boundary(data: bytes | bytearray, at: int) -> bool:
+def _is_frame_boundary(data: bytes, at: int) -> bool:
     pos = 0
     while pos < at:
         pos += frames.HEADER_SIZE + frames.HEADER.unpack_from(data, pos)[1]
