@@ -280,3 +280,31 @@ async def test_fluent_bit_client_recording_against_server(tmp_path: Path) -> Non
             ("app.access", 1795317898, ns, record) for ns in (659249343, 696716055, 796741645)]
         assert all(e[4]["fluent_signal"] == 0 and "compressed" not in e[4] for e in events)
         w.close()
+
+
+async def test_repeated_wrong_keys_are_throttled_per_address(tmp_path: Path) -> None:
+    config = forward_config(tmp_path, shared_key="right")
+    async with running_hub(config) as hub:
+        refused_before_helo = 0
+        for attempt in range(14):
+            r, w = await connect(config.forward.port)
+            helo = await asyncio.wait_for(r.read(1000), 5)
+            if not helo:  # refused before any handshake: the address used up its failures
+                refused_before_helo += 1
+                continue
+            bad = fp.ClientConnection(shared_key=f"guess-{attempt}", hostname="bad")
+            bad.receive_data(helo)
+            bad.next_event()
+            w.write(bad.ping())
+            await closed_without_reply_after_pong(r)
+        assert refused_before_helo >= 3  # 10 failures in a row, then the bucket is empty
+        assert hub.runtime is not None
+        assert hub.runtime.metrics.registry.get_sample_value(
+            "logport_forward_errors_total", {"reason": "handshake_failures"}) == refused_before_helo
+
+
+async def closed_without_reply_after_pong(r: asyncio.StreamReader) -> None:
+    data = b""
+    while chunk := await asyncio.wait_for(r.read(1000), 5):
+        data += chunk
+    assert msgpack.unpackb(data)[:2] == ["PONG", False]

@@ -24,6 +24,7 @@ from logport.batch import encode_batch
 from logport.errors import LimitExceeded, ProtocolError, StoreError
 from logport.protocols import forward as fp
 from logport.runtime import Runtime
+from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.store import WriterCondition
 
 log = logging.getLogger("logport.forward")
@@ -55,6 +56,8 @@ class ForwardServer:
         self.hostname = self.config.self_hostname or runtime.hostname
         self.metrics = ForwardMetrics(runtime)
         self.connections: set[ForwardConnection] = set()
+        self.guard = ConnectionGuard(log, max_connections=self.config.max_connections)
+        self.handshake_failures = FailureLimiter(log, what="forward handshake")  # slows down key guessing
         # (nonce, auth salt) for every HELO instead of random ones: only for replaying recorded handshakes
         self.fixed_nonce: tuple[bytes, bytes] | None = None
         self._tcp: asyncio.AbstractServer | None = None
@@ -127,10 +130,13 @@ class ForwardConnection(asyncio.Protocol):
         addr = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{addr[0]}:{addr[1]}"
         server = self.server
-        if len(server.connections) >= self.config.max_connections:
-            log.warning("connection refused: max_connections reached",
-                        extra={"peer": self.peer, "limit": self.config.max_connections})
+        if not server.guard.admit(self.peer):
             server.metrics.errors.labels("max_connections").inc()
+            transport.abort()
+            return
+        if self.config.shared_key and not server.handshake_failures.allow(self.peer):
+            server.guard.release(self.peer)
+            server.metrics.errors.labels("handshake_failures").inc()
             transport.abort()
             return
         server.connections.add(self)
@@ -154,6 +160,7 @@ class ForwardConnection(asyncio.Protocol):
         self.closing = True
         if self in self.server.connections:
             self.server.connections.discard(self)
+            self.server.guard.release(self.peer)
             self.server.metrics.connections.dec()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -220,6 +227,7 @@ class ForwardConnection(asyncio.Protocol):
             log.warning("handshake refused: %s", pong.reason,
                         extra={"peer": self.peer, "hostname": ping.hostname, "username": ping.username})
             self.server.metrics.errors.labels("authentication").inc()
+            self.server.handshake_failures.record_failure(self.peer)
             self.close()
 
     def _accept(self, batch: fp.EventBatch) -> None:
