@@ -55,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --stream: how late an event may arrive; a minute is written once the watermark passes it")
     p.add_argument("--max-bytes-per-trigger", type=int, help="with --stream: admission control per micro-batch")
     p.add_argument("--partition-bytes", type=int, help="bytes of a segment per Spark partition")
+    p.add_argument("--outputs", default=",".join(OUTPUTS),
+                   help="tables to compute, comma-separated (default: all of " + ", ".join(OUTPUTS) + ")")
     p.add_argument("--top-exceptions", type=int, default=20, help="exceptions listed in the report")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -66,7 +68,8 @@ def spark_session(master: str | None, app_name: str = "logport-pipeline") -> Spa
 
     import logport.spark
 
-    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    builder = (SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.showConsoleProgress", "false"))  # the job prints its own progress lines
     if not master and not SparkConf().contains("spark.master"):  # not under spark-submit
         master = "local[*]"
     if master:
@@ -105,7 +108,7 @@ def traffic(events: DataFrame) -> DataFrame:
     size = F.coalesce(F.octet_length("record"), F.octet_length("raw"), F.lit(0))
     # Opaque events carry no time: batch runs count them in the minute 1970-01-01 00:00; a streaming
     # run drops them (they are always behind the watermark).
-    timed = events.withColumn("time", F.coalesce("time", F.lit(0).cast("timestamp")))
+    timed = events if events.isStreaming else events.withColumn("time", F.coalesce("time", F.lit(0).cast("timestamp")))
     per_source = [F.sum(F.when(F.col("source") == s, 1).otherwise(0)).alias(f"{s}_events") for s in SOURCES]
     out = (timed.groupBy("segment", F.coalesce("tag", F.lit("")).alias("tag"), F.window("time", "1 minute"))
            .agg(F.count(F.lit(1)).alias("events"), F.sum(size).alias("bytes"), *per_source,
@@ -210,10 +213,20 @@ def exception_counts(reqs: DataFrame) -> DataFrame:
     return _finish(out)
 
 
-def statistics(events: DataFrame) -> dict[str, DataFrame]:
+def statistics(events: DataFrame, outputs: list[str] = OUTPUTS) -> dict[str, DataFrame]:
+    """The output tables by name (the lazy DataFrames; nothing runs yet)."""
     reqs = requests(events)
-    return {"traffic": traffic(events), "requests": request_stats(reqs), "app_minutes": app_minute_stats(reqs),
-            "exceptions": exception_counts(reqs)}
+    build = {"traffic": lambda: traffic(events), "requests": lambda: request_stats(reqs),
+             "app_minutes": lambda: app_minute_stats(reqs), "exceptions": lambda: exception_counts(reqs)}
+    return {name: build[name]() for name in outputs}
+
+
+def output_names(spec: str) -> list[str]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(OUTPUTS))
+    if unknown or not names:
+        raise SystemExit(f"logport pipeline: --outputs {spec!r}: choose from {', '.join(OUTPUTS)}")
+    return names
 
 
 # --- running it ------------------------------------------------------------------------------
@@ -268,11 +281,10 @@ def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress
         events = events.persist()
         counts = events.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("segment", "offset").alias("batches")).first()
         progress.say(f"read {counts['rows']} rows from {counts['batches']} stored batches")
-        written = {}
-        for name, df in statistics(events).items():
+        written = {"events": int(counts["rows"])}
+        for name, df in statistics(events, output_names(args.outputs)).items():
             df.write.mode("overwrite").partitionBy("date").parquet(str(out / name))
-            written[name] = spark.read.parquet(str(out / name)).count()
-            progress.say(f"wrote {name}: {written[name]} rows")
+            progress.say(f"wrote {out / name}")
         events.unpersist()
     finally:
         progress.stop()
@@ -284,7 +296,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
     events = events.withWatermark("time", args.watermark)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out / "_checkpoints"
     queries = []
-    for name, df in statistics(events).items():
+    for name, df in statistics(events, output_names(args.outputs)).items():
         writer = (df.writeStream.format("parquet").outputMode("append").partitionBy("date")
                   .option("path", str(out / name)).option("checkpointLocation", str(checkpoint / name))
                   .queryName(f"logport_{name}"))
@@ -316,13 +328,11 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
         for q in queries:
             q.stop()
         progress.stop()
-    for q in queries:
-        rows = sum(p["numInputRows"] for p in q.recentProgress)
-        progress.say(f"{q.name}: {len([p for p in q.recentProgress if p['numInputRows']])} batches, {rows} rows read")
     written = {}
-    for name in OUTPUTS:
-        path = out / name
-        written[name] = spark.read.parquet(str(path)).count() if path.exists() else 0
+    for q in queries:
+        done = [p for p in q.recentProgress if p["numInputRows"]]
+        written[q.name] = rows = sum(p["numInputRows"] for p in done)
+        progress.say(f"{q.name}: {len(done)} batches, {rows} rows read")
     return written
 
 

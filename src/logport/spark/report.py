@@ -124,7 +124,7 @@ def render(data: dict[str, list[dict[str, Any]]], title: str, written: dict[str,
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         "<p>Generated " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        + (". Rows written: " + html.escape(", ".join(f"{k} {v:,}" for k, v in written.items())) if written else "")
+        + (". Rows read: " + html.escape(", ".join(f"{k} {v:,}" for k, v in written.items())) if written else "")
         + ". Percentiles per minute are approximate (rank error at most 0.01% of the minute's count); "
           "where several apps share a minute the chart shows the highest.</p>",
         line_chart("Request rate", xs, {"requests/s": rate}, "req/s"),

@@ -1,0 +1,158 @@
+"""`logport pipeline`: its statistics against the same numbers computed in plain Python, streaming and the report."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import Counter, defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logport.spark import pipeline
+from tests.spark.sample import TIME_METRICS, build_sample, write_bodies
+
+MINUTE_NS = 60 * 1_000_000_000
+SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    pipeline.add_arguments(parser)
+    return pipeline.main(parser.parse_args([*argv, "--quiet", "--master", "local[2]"]))
+
+
+def nearest_rank(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+
+def expected_requests(logjam: list[tuple[str, int, dict[str, Any]]]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for app_env, time_ns, record in logjam:
+        groups[(app_env, record["action"], time_ns // MINUTE_NS * 60)].append(record)
+    out = {}
+    for key, records in groups.items():
+        row: dict[str, Any] = {"count": len(records)}
+        for m in TIME_METRICS:
+            values = [r[m] for r in records if m in r]
+            if values:
+                row[f"{m}_mean"] = sum(values) / len(values)
+                row[f"{m}_max"] = max(values)
+                for p in (0.5, 0.95, 0.99):
+                    row[f"{m}_p{int(p * 100)}"] = nearest_rank(values, p)
+        totals = [r["total_time"] for r in records]
+        row["apdex_happy"] = sum(t < 100 for t in totals)
+        row["apdex_satisfied"] = sum(100 <= t < 500 for t in totals)
+        row["apdex_tolerating"] = sum(500 <= t < 2000 for t in totals)
+        row["apdex_frustrated"] = sum(t >= 2000 for t in totals)
+        row["apdex"] = (row["apdex_happy"] + row["apdex_satisfied"] + row["apdex_tolerating"] / 2) / len(records)
+        codes = Counter(r["code"] // 100 for r in records)
+        for c in range(1, 6):
+            row[f"code_{c}xx"] = codes.get(c, 0)
+        severities = Counter(r["severity"] for r in records)
+        for i, name in enumerate(SEVERITIES):
+            row[f"severity_{name}"] = severities.get(i, 0)
+        row["with_exceptions"] = sum(bool(r.get("exceptions")) for r in records)
+        out[key] = row
+    return out
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: Counter[str] = Counter()
+        self.text: list[str] = []
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] += 1
+        for name, value in attrs:
+            if name in ("src", "href") and value:
+                self.links.append(value)
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def sample_run(spark, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("pipeline")
+    sample = build_sample(logjam_batches=40, per_batch=50)
+    write_bodies(str(root / "data"), sample.bodies)
+    assert run("batch", "--data-dir", str(root / "data"), "--out", str(root / "out")) == 0
+    return root, sample
+
+
+def test_request_statistics_match_plain_python(spark, sample_run) -> None:  # type: ignore[no-untyped-def]
+    root, sample = sample_run
+    expected = expected_requests(sample.logjam)
+    rows = spark.read.parquet(str(root / "out" / "requests")).collect()
+    got = {(r.app_env, r.action, int(r.minute.timestamp())): r.asDict() for r in rows}
+    assert set(got) == set(expected)
+    for key, want in expected.items():
+        row = got[key]
+        for name, value in want.items():
+            if isinstance(value, float):
+                assert row[name] == pytest.approx(value, rel=1e-9), (key, name)
+            else:
+                assert row[name] == value, (key, name)
+        assert str(row["date"]) == "2026-11-18"
+
+
+def test_traffic_and_exceptions_match_plain_python(spark, sample_run) -> None:  # type: ignore[no-untyped-def]
+    root, sample = sample_run
+    traffic = spark.read.parquet(str(root / "out" / "traffic")).collect()
+    per_segment = Counter()
+    for r in traffic:
+        per_segment[r.segment] += r.events
+        assert r.events == r.forward_events + r.lumberjack_events + r.logjam_events + r.opaque_events
+    assert per_segment == {"forward": 6 * 25 + 3 + 1, "lumberjack": 5 * 30, "logjam": 2000}
+    assert sum(r.logjam_events for r in traffic) == 2000
+    exceptions = Counter()
+    for app_env, time_ns, record in sample.logjam:
+        for name in set(record.get("exceptions", [])):
+            exceptions[(app_env, record["action"], time_ns // MINUTE_NS * 60, name)] += 1
+    rows = spark.read.parquet(str(root / "out" / "exceptions")).collect()
+    assert {(r.app_env, r.action, int(r.minute.timestamp()), r.exception): r["count"] for r in rows} == exceptions
+
+
+def test_report_is_self_contained_html_with_charts(sample_run) -> None:  # type: ignore[no-untyped-def]
+    root, sample = sample_run
+    page = _Page()
+    page.feed((root / "out" / "report.html").read_text(encoding="utf-8"))
+    assert page.tags["svg"] >= 4 and page.tags["polyline"] >= 5
+    assert not page.links  # nothing to fetch: no scripts, images or stylesheets from anywhere
+    text = " ".join(page.text)
+    for heading in ("Request rate", "Latency percentiles", "Error rates", "Slowest actions", "Top exceptions"):
+        assert heading in text
+    top = Counter(e for _, _, r in sample.logjam for e in set(r.get("exceptions", []))).most_common(1)[0][0]
+    assert top in text
+
+
+def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) -> None:
+    sample = build_sample(logjam_batches=30, per_batch=20)
+    bodies = sample.bodies["logjam"]
+    data, out = str(tmp_path / "data"), str(tmp_path / "out")
+    args = ["stream", "--data-dir", data, "--out", out, "--segments", "logjam", "--available-now",
+            "--watermark", "1 minute", "--outputs", "requests"]
+    write_bodies(data, {"logjam": bodies[:15]})
+    assert run(*args) == 0
+    first = spark.read.parquet(out + "/requests").count()
+    write_bodies(data, {"logjam": bodies[15:]})
+    assert run(*args) == 0
+    rows = spark.read.parquet(out + "/requests").collect()
+    assert len(rows) > first > 0
+    keys = [(r.app_env, r.action, int(r.minute.timestamp())) for r in rows]
+    assert len(keys) == len(set(keys))  # no window written twice
+    expected = expected_requests(sample.logjam)
+    # Every window the watermark has passed is written once, with the batch numbers.
+    last = max(t for _, t, _ in sample.logjam) // 1_000_000_000 - 60
+    closed = {k: v for k, v in expected.items() if k[2] + 60 <= last}
+    got = {k: r for k, r in zip(keys, rows)}
+    assert set(closed) <= set(got) <= set(expected)
+    for key, want in closed.items():
+        assert got[key]["count"] == want["count"]
+        assert got[key]["total_time_p95"] == want["total_time_p95"]
