@@ -67,3 +67,26 @@ async def test_output_resends_unacknowledged_after_crash(tmp_path: Path) -> None
                 break
             await asyncio.sleep(0.05)
         assert int(checkpoint.read_text()) > 0
+
+
+async def test_output_over_tls_with_gzip_and_users(tmp_path: Path) -> None:
+    from tests.forward.helpers import make_certificate
+
+    cert, key = make_certificate(tmp_path)
+    downstream = forward_config(tmp_path / "b", shared_key="k", users={"hub-a": "pw"})
+    downstream.forward.tls.cert, downstream.forward.tls.key = cert, key
+    upstream = forward_config(tmp_path / "a")
+    upstream.outputs.forward = [ForwardOutputConfig(
+        name="tls-out", port=downstream.forward.port, shared_key="k", username="hub-a", password="pw",
+        self_hostname="hub-a", tls=True, tls_ca=cert, compress="gzip", retry_wait=0.05)]
+    async with running_hub(downstream) as b, running_hub(upstream) as a:
+        await send(upstream.forward.port, events(0, 40))
+        got = await wait_for_events(b, 40)
+        assert [(e[1], e[2], e[3]) for e in got] == events(0, 40)
+        assert a.runtime is not None
+        registry = a.runtime.metrics.registry
+        for _ in range(100):  # counted after the checkpoint commit that follows the ack
+            if registry.get_sample_value("logport_forward_output_events_total", {"output": "tls-out"}) == 40:
+                break
+            await asyncio.sleep(0.05)
+        assert registry.get_sample_value("logport_forward_output_events_total", {"output": "tls-out"}) == 40
