@@ -36,6 +36,7 @@ async def test_metrics_endpoint_shows_store_activity(tmp_path: Path) -> None:
     assert "logport_store_fsyncs_total" in text
     assert "logport_store_fsync_seconds_bucket" in text
     assert 'logport_segment_bytes{segment="seg-a"} 216.0' in text
+    assert 'logport_store_pending_bytes{segment="seg-a"} 0.0' in text
 
 
 async def test_hub_restart_keeps_the_data(tmp_path: Path) -> None:

@@ -361,3 +361,15 @@ async def test_a_failed_write_acknowledges_nothing_and_the_store_goes_on(tmp_pat
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
     assert [b for _, b in await read_all(store, "s")] == [b"before", b"after"]
     await store.close()
+
+
+async def test_pending_bytes_gauge_follows_the_queue(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+    gauge = store.metrics.registry.get_sample_value
+    tasks = [asyncio.create_task(store.append("s", [b"q" * 1000])) for _ in range(10)]
+    await asyncio.sleep(0)  # queued, not yet written
+    assert gauge("logport_store_pending_bytes", {"segment": "s"}) == 10 * 1008
+    await asyncio.gather(*tasks)
+    assert gauge("logport_store_pending_bytes", {"segment": "s"}) == 0
+    await store.close()

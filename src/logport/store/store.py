@@ -34,7 +34,7 @@ class SegmentStore:
         await asyncio.get_running_loop().run_in_executor(None, store._open_all)
         for segment in store._segments.values():
             segment.start()
-            store._update_gauges(segment)
+            store._watch(segment)
         return store
 
     def _open_all(self) -> None:
@@ -58,6 +58,11 @@ class SegmentStore:
     def _fsynced(self, seconds: float) -> None:
         self.metrics.fsyncs.inc()
         self.metrics.fsync_seconds.observe(seconds)
+
+    def _watch(self, segment: Segment) -> None:
+        """Gauges read live from the segment whenever /metrics is scraped."""
+        self.metrics.pending_bytes.labels(segment.name).set_function(lambda: segment.pending_bytes)
+        self._update_gauges(segment)
 
     def _update_gauges(self, segment: Segment) -> None:
         info = segment.info()
@@ -107,6 +112,7 @@ class SegmentStore:
             await asyncio.get_running_loop().run_in_executor(None, segment.open_sync, True)
             segment.start()
             self._segments[name] = segment
+            self._watch(segment)
             future.set_result(segment)
             log.info("segment created", extra={"segment": name})
             return segment
