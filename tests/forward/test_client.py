@@ -97,6 +97,18 @@ async def test_tls_with_client_certificate_verification(tmp_path: Path) -> None:
         assert [(s, ns, rec) for _, s, ns, rec, _ in await stored_events(hub)] == EVENTS[:5]
 
 
+def test_choose_by_weight_then_standby() -> None:
+    heavy, light, standby = (fc.ServerAddress("h", 1, 90), fc.ServerAddress("l", 2, 10),
+                             fc.ServerAddress("s", 3, standby=True))
+    sender = fc.ForwardSender(fc.SenderConfig(servers=[heavy, light, standby]))
+    picks = [sender.choose() for _ in range(2000)]
+    assert standby not in picks and 0.85 < picks.count(heavy) / len(picks) < 0.95
+    sender.down_until[id(heavy)] = sender.down_until[id(light)] = float("inf")
+    assert sender.choose() is standby  # every primary down: the standby
+    sender.down_until[id(standby)] = float("inf")
+    assert sender.choose() in (heavy, light, standby)  # all down: still try one
+
+
 def test_failure_detector_phi() -> None:
     fd = fc.FailureDetector(threshold=8, hard_timeout=60)
     for t in range(20):

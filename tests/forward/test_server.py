@@ -250,6 +250,9 @@ async def test_pipelined_chunks_with_back_pressure_all_acked(tmp_path: Path) -> 
             acks.extend(a["ack"] for a in up)
         assert sorted(acks) == sorted(f"c{n}" for n in range(50))
         assert [e[3]["i"] for e in await stored_events(hub)] == list(range(5000))
+        assert hub.runtime is not None
+        pauses = hub.runtime.metrics.registry.get_sample_value("logport_forward_read_pauses_total")
+        assert pauses and pauses >= 1  # the connection did stop reading while the store caught up
         w.close()
 
 

@@ -45,6 +45,8 @@ class ForwardMetrics:
                                   "Retried chunks acknowledged again and not stored", registry=r)
         self.errors = Counter("logport_forward_errors", "Connections closed on an error", ["reason"], registry=r)
         self.heartbeats = Counter("logport_forward_heartbeats", "Heartbeats answered", ["transport"], registry=r)
+        self.read_pauses = Counter("logport_forward_read_pauses",
+                                   "Times a connection stopped reading because the store was behind", registry=r)
 
 
 class ForwardServer:
@@ -242,6 +244,7 @@ class ForwardConnection(asyncio.Protocol):
         task.add_done_callback(self.tasks.discard)
         if self.inflight > self.config.max_inflight_bytes and not self.paused and self.transport is not None:
             self.paused = True
+            self.server.metrics.read_pauses.inc()
             self.transport.pause_reading()
 
     async def _store(self, batch: fp.EventBatch, size: int) -> None:
