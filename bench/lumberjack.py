@@ -15,7 +15,6 @@ import asyncio
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
 import time

@@ -1,58 +1,31 @@
-"""A hub with only the lumberjack listener on a free port, and helpers to read what it stored."""
+"""Lumberjack test helpers over tests/support: a hub with only this listener, stored records, a certificate."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from logport.batch import decode_batch
-from logport.config import Config, StoreConfig
-from logport.hub import Hub
+from logport.batch import StoredBatch
+from logport.config import Config
 from logport.store import SegmentStore
-from logport.store import frames
-from tests.conftest import free_port
+from tests.support import hub_config, running_hub
+from tests.support import stored_batches as support_batches
+
+__all__ = ["lumberjack_config", "running_hub", "self_signed_cert", "stored_batches", "stored_records",
+           "wait_for_records"]
 
 
 def lumberjack_config(data_dir: Path, **lumberjack: Any) -> Config:
-    config = Config(store=StoreConfig(data_dir=str(data_dir)))
-    for section in (config.forward, config.segment, config.logjam):
-        section.enabled = False
-    config.metrics.enabled = False
-    config.lumberjack.port = free_port()
-    for key, value in lumberjack.items():
-        setattr(config.lumberjack, key, value)
-    return config
+    """Only the lumberjack listener, on a free port; `lumberjack` sets keys of its section."""
+    return hub_config(data_dir, ["lumberjack"], lumberjack=lumberjack)
 
 
-@contextlib.asynccontextmanager
-async def running_hub(config: Config) -> AsyncIterator[Hub]:
-    hub = Hub(config, serve_metrics=False)
-    await hub.start()
-    try:
-        yield hub
-    finally:
-        await hub.stop()
-
-
-async def stored_batches(store: SegmentStore, segment: str) -> list[Any]:
+async def stored_batches(store: SegmentStore, segment: str) -> list[StoredBatch]:
     """Every batch stored in `segment` so far, decoded."""
-    if not store.exists(segment):
-        return []
-    end = store.info(segment).end_offset
-    out = []
-    offset = store.info(segment).start_offset
-    while offset < end:
-        result = await store.read_frames(segment, offset, 1 << 24)
-        for _, frame_type, body in frames.iter_frames(result.data, result.offset):
-            if frame_type == frames.EVENT:
-                out.append(decode_batch(bytes(body)))
-        offset = result.next_offset
-    return out
+    return [batch for _, batch in await support_batches(store, segment)]
 
 
 async def stored_records(store: SegmentStore, segment: str) -> list[Any]:
@@ -92,7 +65,7 @@ def self_signed_cert(directory: Path, name: str = "localhost") -> tuple[Path, Pa
 
     private = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = (
         x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(private.public_key())
         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))

@@ -14,7 +14,12 @@ import orjson
 import pytest
 
 from logport.config import RouteConfig, TLSConfig
-from logport.protocols.lumberjack import compressed_frame, encode_data_v1, encode_json, encode_window
+from logport.protocols.lumberjack import (
+    compressed_frame,
+    encode_data_v1,
+    encode_json,
+    encode_window,
+)
 from tests.conftest import VECTORS
 from tests.lumberjack.harness import (
     lumberjack_config,
@@ -323,3 +328,53 @@ async def test_back_pressure_pauses_reading_while_the_store_is_behind(
         assert not conn.paused
         writer.close()
         assert len(await wait_for_records(store, "lumberjack", 20)) == 20
+
+
+def test_entries_pack_as_the_batch_codec_packs_them() -> None:
+    from logport.batch import pack_entry as batch_pack_entry
+    from logport.servers.lumberjack import pack_entry
+
+    record = {"message": "x", "n": [1, 2], "nested": {"a": None}}
+    for seconds, nanos in [(0, 0), (1795317939, 28135265), (2**32 - 1, 999_999_999)]:
+        assert pack_entry(seconds, nanos, record) == batch_pack_entry(seconds, nanos, record)
+
+
+async def test_two_windows_inside_one_c_frame(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        inner = b"".join(
+            encode_window(0x32, 2) + encode_json(1, b'{"w":1}') + encode_json(2, b'{"w":1}')
+            for _ in range(2)
+        )
+        writer.write(compressed_frame(0x32, inner))
+        assert await asyncio.wait_for(reader.readexactly(12), 5) == ack(2) + ack(2)
+        writer.close()
+        batches = await stored_batches(hub.runtime.store, "lumberjack")
+        assert [b.option["size"] for b in batches] == [2, 2]
+
+
+async def test_an_event_the_store_refuses_closes_the_connection_unacknowledged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = lumberjack_config(tmp_path / "data")
+    config.store.max_frame_size = 4096
+    caplog.set_level(logging.WARNING, logger="logport.lumberjack")
+    async with running_hub(config) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(encode_window(0x32, 1) + encode_json(1, orjson.dumps({"message": "x" * 10_000})))
+        assert await closed_by_server(reader)
+        assert any("exceeds max_frame_size 4096" in r.getMessage() for r in caplog.records)
+        assert await stored_batches(hub.runtime.store, "lumberjack") == []
+
+
+async def test_a_window_larger_than_a_store_frame_is_stored_as_several_batches(tmp_path: Path) -> None:
+    config = lumberjack_config(tmp_path / "data")
+    config.store.max_frame_size = 16 * 1024
+    async with running_hub(config) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        payloads = [orjson.dumps({"message": f"{i:04d}" + "y" * 1000}) for i in range(1, 41)]
+        writer.write(encode_window(0x32, 40) + compressed_frame(0x32, [encode_json(i, p) for i, p in enumerate(payloads, 1)]))
+        await read_acks_until(reader, 40)
+        writer.close()
+        batches = await stored_batches(hub.runtime.store, "lumberjack")
+        assert len(batches) >= 3 and sum(b.option["size"] for b in batches) == 40
+        assert [e.record["message"][:4] for b in batches for e in b] == [f"{i:04d}" for i in range(1, 41)]

@@ -239,7 +239,7 @@ class LumberjackClient:
                     lambda: _Wire(self), self.host, self.port, ssl=self.ssl_context,
                     server_hostname=self.server_hostname if self.ssl_context else None,
                 ), timeout=max(self.ack_timeout, 5.0))
-            except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+            except (TimeoutError, OSError, ssl.SSLError) as e:
                 log.warning("connecting failed", extra={"peer": f"{self.host}:{self.port}", "error": str(e),
                                                         "retry_in": delay})
                 await asyncio.sleep(delay)
@@ -271,7 +271,7 @@ class LumberjackClient:
             try:
                 await asyncio.wait_for(asyncio.shield(wire.lost), step)
                 return False
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self.inflight and time.monotonic() - self._last_progress > self.ack_timeout:
                 return True
@@ -351,6 +351,6 @@ def send_main(args: argparse.Namespace) -> int:
         coro = asyncio.wait_for(coro, args.timeout)  # type: ignore[assignment]
     try:
         return asyncio.run(coro)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         print(f"logport send lumberjack: not all events acknowledged within {args.timeout} s", file=sys.stderr)
         return 1

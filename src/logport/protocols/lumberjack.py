@@ -287,22 +287,14 @@ class Connection:
         p = pos + 10
         fields: dict[str, str] = {}
         for _ in range(pairs):
-            if end - p < 4:
+            key = _read_string(data, p, end, pos, limit)
+            if key is None:
                 return None
-            klen = _U32.unpack_from(data, p)[0]
-            if p + 4 + klen - pos > limit:
-                raise LimitExceeded("D frame", p + 4 + klen - pos, "max_payload_size", limit)
-            if end - p < 8 + klen:
+            value = _read_string(data, key[1], end, pos, limit)
+            if value is None:
                 return None
-            key = bytes(data[p + 4 : p + 4 + klen]).decode("utf-8", "replace")
-            p += 4 + klen
-            vlen = _U32.unpack_from(data, p)[0]
-            if p + 4 + vlen - pos > limit:
-                raise LimitExceeded("D frame", p + 4 + vlen - pos, "max_payload_size", limit)
-            if end - p < 4 + vlen:
-                return None
-            fields[key] = bytes(data[p + 4 : p + 4 + vlen]).decode("utf-8", "replace")
-            p += 4 + vlen
+            fields[key[0]] = value[0]
+            p = value[1]
         if version != self._run_version:
             self._end_run()
             self._run_version = version
@@ -356,6 +348,20 @@ class Connection:
                 return b"".join(encode_json(seq, orjson.dumps(fields)) for seq, fields in event.frames)
             _check_version(event.version)
         raise LocalProtocolError(f"cannot send {event!r}")
+
+
+def _read_string(data: bytes | bytearray, p: int, end: int, frame_start: int,
+                 limit: int) -> tuple[str, int] | None:
+    """A `D` frame's uint32-length-prefixed key or value at `p`: (text, next position), None if incomplete."""
+    if end - p < 4:
+        return None
+    length = _U32.unpack_from(data, p)[0]
+    stop = p + 4 + length
+    if stop - frame_start > limit:
+        raise LimitExceeded("D frame", stop - frame_start, "max_payload_size", limit)
+    if stop > end:
+        return None
+    return bytes(data[p + 4 : stop]).decode("utf-8", "replace"), stop
 
 
 # --- encoders (shared by Connection.send and the clients' hot path) ---

@@ -18,9 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter, Gauge
-
 import msgpack
+from prometheus_client import Counter, Gauge
 
 from logport.batch import encode_batch
 from logport.config import LumberjackConfig
@@ -44,8 +43,8 @@ SOURCE = "lumberjack"
 # windows decoded but not yet stored, per connection, before reading pauses (back-pressure)
 PAUSE_AT_WINDOWS = 4
 RESUME_AT_WINDOWS = 1
-# room left in a stored batch for the option map and msgpack headers
-BATCH_OVERHEAD = 64 * 1024
+# share of the store's max_frame_size a batch's entries may fill: the rest is for the option and headers
+BATCH_FILL = 7 / 8
 
 
 # `[EventTime, record]` as logport.batch.pack_entry packs it (fixarray 2, fixext8 type 0, uint32 s, uint32 ns),
@@ -111,7 +110,11 @@ def build_batches(events: list[tuple[int, dict[str, Any]]], *, tag: str, tag_fro
 
     for _, fields in events:
         meta = fields.pop("@metadata", None)
-        if meta != run_meta or run_bytes > max_body:
+        t = parse_timestamp(fields.get("@timestamp"))
+        seconds, nanos = t if t is not None else (default_s, default_ns)
+        record = pack(fields)
+        entry_bytes = len(record) + _ENTRY_HEAD.size
+        if meta != run_meta or (parts and run_bytes + entry_bytes > max_body):
             close_run()
             parts, run_bytes, run_meta = [], 0, meta
             run_tag = tag
@@ -119,12 +122,9 @@ def build_batches(events: list[tuple[int, dict[str, Any]]], *, tag: str, tag_fro
                 beat = meta.get("beat")
                 if isinstance(beat, str) and beat:
                     run_tag = beat
-        t = parse_timestamp(fields.get("@timestamp"))
-        seconds, nanos = t if t is not None else (default_s, default_ns)
-        record = pack(fields)
         parts.append(head(0x92, 0xD7, 0, seconds & 0xFFFFFFFF, nanos))
         parts.append(record)
-        run_bytes += len(record)
+        run_bytes += entry_bytes
     close_run()
     return out
 
@@ -140,7 +140,7 @@ class LumberjackServer:
         self.metrics = LumberjackMetrics(runtime)
         self.connections: set[LumberjackConnection] = set()
         self.server: asyncio.Server | None = None
-        self.max_body = max(1, runtime.store.config.max_frame_size - BATCH_OVERHEAD)
+        self.max_body = int(runtime.store.config.max_frame_size * BATCH_FILL)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -207,7 +207,7 @@ class LumberjackConnection(asyncio.Protocol):
                 "peer": self.peer, "limit": "max_connections", "value": len(srv.connections) + 1})
             srv.metrics.errors.labels("max_connections").inc()
             self.closed = True
-            transport.abort()
+            self.transport.abort()  # type: ignore[union-attr]
             return
         srv.connections.add(self)
         srv.metrics.connections.inc()
