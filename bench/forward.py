@@ -191,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(run_async(lambda: load(json.loads(args.load)))))
         return 0
     from _common import header, run_async, table
-    from store import store_append  # bench/store.py: the same 64 KiB measurement as `logport bench store`
+    from store import (
+        store_append,  # bench/store.py: the same 64 KiB measurement as `logport bench store`
+    )
 
     base = Path(args.dir or "bench-out")
     base.mkdir(parents=True, exist_ok=True)

@@ -428,3 +428,25 @@ def test_oversize_frame_refused_from_its_header_before_it_is_buffered() -> None:
     (b"\x93\xa1t\xc6\x00", None), (b"\x81", None), (b"", None)])
 def test_declared_frame_size(head: bytes, size: int | None) -> None:
     assert fp.declared_frame_size(head) == size
+
+
+@pytest.mark.parametrize("state,reply", [
+    (fp.ClientState.READY, ["HELO", {"nonce": b"n"}]),  # a second HELO
+    (fp.ClientState.WAIT_HELO, {"ack": "x"}),  # an ack before the handshake
+    (fp.ClientState.READY, ["PONG", True, "", "h", "d"]),  # a PONG nobody asked for
+    (fp.ClientState.WAIT_PONG, 42),
+])
+def test_client_transition_table_refuses(state: fp.ClientState, reply: object) -> None:
+    cl = fp.ClientConnection(shared_key="k")
+    cl.state = state
+    cl.receive_data(P.pack(reply))
+    with pytest.raises(RemoteProtocolError, match="not allowed|unexpected reply"):
+        cl.next_event()
+
+
+def test_server_transition_table_refuses_a_second_ping() -> None:
+    server, cl = handshake()
+    server.answer(server.next_event())  # type: ignore[arg-type]
+    server.receive_data(P.pack(["PING", "cli", "s", "d", "", ""]))  # in READY a PING is no message
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()

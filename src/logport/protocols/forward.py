@@ -12,8 +12,8 @@ import hashlib
 import json
 import os
 import zlib
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -322,6 +322,18 @@ class ServerState(enum.Enum):
     CLOSED = "CLOSED"
 
 
+# The legal transitions of a server connection: (state, what happened) -> next state.
+# Anything the peer does that is not here is a RemoteProtocolError, and every error closes.
+SERVER_TRANSITIONS: dict[tuple[ServerState, str], ServerState] = {
+    (ServerState.WAIT_PING, "Heartbeat"): ServerState.WAIT_PING,
+    (ServerState.WAIT_PING, "Ping"): ServerState.WAIT_PING,  # answer() decides
+    (ServerState.WAIT_PING, "PONG true"): ServerState.READY,
+    (ServerState.WAIT_PING, "PONG false"): ServerState.CLOSED,
+    (ServerState.READY, "Heartbeat"): ServerState.READY,
+    (ServerState.READY, "EventBatch"): ServerState.READY,
+}
+
+
 class ServerConnection:
     """One client's connection, as the server sees it.
 
@@ -381,11 +393,19 @@ class ServerConnection:
         if obj is NEED_DATA:
             return NEED_DATA
         try:
-            return self._interpret(obj)
+            event = self._interpret(obj)
+            self.state = self._next_state(type(event).__name__)
+            return event
         except RemoteProtocolError as e:
             e.peer = e.peer or self.peer
             self.state = ServerState.CLOSED
             raise
+
+    def _next_state(self, happened: str) -> ServerState:
+        try:
+            return SERVER_TRANSITIONS[self.state, happened]
+        except KeyError:
+            raise ForwardProtocolError(f"{happened} is not allowed in state {self.state.value}") from None
 
     def _next_msgpack(self) -> Any:
         up = self._unpacker
@@ -554,10 +574,10 @@ class ServerConnection:
             if password is None or not _eq(ping.password_digest, digest(self.auth_salt, ping.username, password)):
                 reason = "username/password mismatch"
         if reason:
-            self.state = ServerState.CLOSED
+            self.state = self._next_state("PONG false")
             return Pong(False, reason, "", "")
         self.username = ping.username
-        self.state = ServerState.READY
+        self.state = self._next_state("PONG true")
         return Pong(True, "", self.hostname, digest(ping.salt, self.hostname, self.nonce, self.shared_key))
 
     # bytes out
@@ -597,6 +617,15 @@ class ClientState(enum.Enum):
     CLOSED = "CLOSED"
 
 
+# The legal transitions of a client connection: (state, what arrived) -> next state.
+CLIENT_TRANSITIONS: dict[tuple[ClientState, str], ClientState] = {
+    (ClientState.WAIT_HELO, "Helo"): ClientState.WAIT_PONG,
+    (ClientState.WAIT_PONG, "Pong"): ClientState.READY,  # only once its digest checked out
+    (ClientState.READY, "Ack"): ClientState.READY,
+    (ClientState.READY, "Heartbeat"): ClientState.READY,
+}
+
+
 class ClientConnection:
     """The sending side: HELO in, PING out, PONG in (its digest checked), then messages out and acks in."""
 
@@ -624,23 +653,37 @@ class ClientConnection:
             return NEED_DATA
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
             raise ForwardProtocolError(f"invalid msgpack from the server: {e}", peer=self.peer) from None
-        if self.state is ClientState.WAIT_HELO:
-            if not (isinstance(obj, list) and len(obj) == 2 and obj[0] == "HELO" and isinstance(obj[1], dict)):
-                raise ForwardProtocolError(f"expected HELO, got {_brief(obj)}", peer=self.peer)
-            o = obj[1]
-            nonce, auth = o.get("nonce", b""), o.get("auth", b"")
-            if not isinstance(nonce, str | bytes) or not isinstance(auth, str | bytes):
-                raise ForwardProtocolError("HELO nonce/auth are not strings", peer=self.peer)
-            self.helo = Helo(_b(nonce), _b(auth), bool(o.get("keepalive", True)))
-            self.state = ClientState.WAIT_PONG
-            return self.helo
-        if self.state is ClientState.WAIT_PONG:
-            return self._pong(obj)
-        if isinstance(obj, dict) and "ack" in obj:
+        if isinstance(obj, list) and obj and obj[0] == "HELO":
+            kind = "Helo"
+        elif isinstance(obj, list) and obj and obj[0] == "PONG":
+            kind = "Pong"
+        elif isinstance(obj, dict) and "ack" in obj:
+            kind = "Ack"
+        elif obj is None:
+            kind = "Heartbeat"
+        else:
+            raise ForwardProtocolError(f"unexpected reply {_brief(obj)} in state {self.state.value}", peer=self.peer)
+        next_state = CLIENT_TRANSITIONS.get((self.state, kind))
+        if next_state is None:
+            raise ForwardProtocolError(f"{kind} is not allowed in state {self.state.value}", peer=self.peer)
+        if kind == "Helo":
+            self.helo = self._helo(obj)
+        elif kind == "Pong":
+            pong = self._pong(obj)  # raises AuthenticationError unless it checks out
+            self.state = next_state
+            return pong
+        self.state = next_state
+        if kind == "Ack":
             return Ack(obj["ack"])
-        if obj is None:
-            return Heartbeat()
-        raise ForwardProtocolError(f"unexpected reply {_brief(obj)}", peer=self.peer)
+        return self.helo if kind == "Helo" else Heartbeat()
+
+    def _helo(self, obj: list[Any]) -> Helo:
+        if not (len(obj) == 2 and isinstance(obj[1], dict)):
+            raise ForwardProtocolError(f"malformed HELO {_brief(obj)}", peer=self.peer)
+        nonce, auth = obj[1].get("nonce", b""), obj[1].get("auth", b"")
+        if not isinstance(nonce, str | bytes) or not isinstance(auth, str | bytes):
+            raise ForwardProtocolError("HELO nonce/auth are not strings", peer=self.peer)
+        return Helo(_b(nonce), _b(auth), bool(obj[1].get("keepalive", True)))
 
     def ping(self) -> bytes:
         """The PING answering the HELO received."""
@@ -651,11 +694,11 @@ class ClientConnection:
                                digest(self.salt, self.hostname, self.helo.nonce, self.shared_key),
                                self.username, password_digest])
 
-    def _pong(self, obj: Any) -> Pong:
-        if not (isinstance(obj, list) and len(obj) == 5 and obj[0] == "PONG"):
-            raise ForwardProtocolError(f"expected PONG, got {_brief(obj)}", peer=self.peer)
+    def _pong(self, obj: list[Any]) -> Pong:
+        if len(obj) != 5:
+            raise ForwardProtocolError(f"malformed PONG {_brief(obj)}", peer=self.peer)
         _, ok, reason, hostname, key_digest = obj
-        self.state = ClientState.CLOSED
+        self.state = ClientState.CLOSED  # until the checks below pass
         if ok is not True:
             raise AuthenticationError(f"server refused the handshake: {reason}", peer=self.peer)
         hostname, key_digest = _s(hostname), _s(key_digest)
@@ -665,7 +708,6 @@ class ClientConnection:
         if not _eq(key_digest, digest(self.salt, hostname, self.helo.nonce, self.shared_key)):
             raise AuthenticationError("server's PONG digest does not match the shared key", peer=self.peer)
         self.server_hostname = hostname
-        self.state = ClientState.READY
         return Pong(True, _s(reason or ""), hostname, key_digest)
 
     def send(self, event: EventBatch | Heartbeat) -> bytes:
