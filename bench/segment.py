@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, run_async, table  # noqa: E402
+from _common import header, median, run_async, table  # noqa: E402
 
 MiB = 1024 * 1024
 SEGMENT = "bench"
@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mib-large", type=int, default=128, help="MiB appended per case for 64 KiB events")
     p.add_argument("--block-size", type=int, default=1 * MiB, help="append block size of the clients")
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of each case, store and segment alternating; the median of each is shown")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
 
 
@@ -207,21 +209,29 @@ def run(args: argparse.Namespace) -> int:
             total = (args.mib_large if size >= 65536 else args.mib_small) * MiB
             for appenders in (int(a) for a in args.appenders.split(",")):
                 reads = appenders == 1
-                store = run_async(lambda s=size, a=appenders, t=total: store_case(work, args, s, a, t))
-                seg = run_async(lambda s=size, a=appenders, t=total, r=reads: segment_case(work, args, s, a, t, r))
-                a = seg["append"]
-                rows.append((f"{size // 1024} KiB", appenders, round(mbs(a), 1), round(mbs(store), 1),
-                             f"{mbs(a) / mbs(store):.0%}", round(a["events"] / a["seconds"])))
+                stores, segs = [], []
+                for _ in range(args.repeat):  # alternating, so that a burst of load elsewhere hits both sides
+                    stores.append(run_async(lambda s=size, a=appenders, t=total: store_case(work, args, s, a, t)))
+                    segs.append(run_async(lambda s=size, a=appenders, t=total, r=reads:
+                                          segment_case(work, args, s, a, t, r)))
+                store_mbs = median([mbs(r) for r in stores])
+                seg_mbs = median([mbs(r["append"]) for r in segs])
+                rows.append((f"{size // 1024} KiB", appenders, round(seg_mbs, 1), round(store_mbs, 1),
+                             f"{seg_mbs / store_mbs:.0%}", round(seg_mbs * 1e6 / size),
+                             " ".join(f"{mbs(g['append']) / mbs(t):.0%}" for g, t in zip(segs, stores, strict=True))))
                 if reads:
-                    read_rows.append((f"{size // 1024} KiB", round(mbs(seg["cold"]), 1),
-                                      round(mbs(seg["direct"]), 1), f"{mbs(seg['cold']) / mbs(seg['direct']):.0%}",
-                                      round(mbs(seg["tail"]), 1), f"{mbs(seg['tail']) / mbs(a):.0%}"))
+                    cold = median([mbs(r["cold"]) for r in segs])
+                    direct = median([mbs(r["direct"]) for r in segs])
+                    tail = median([mbs(r["tail"]) for r in segs])
+                    read_rows.append((f"{size // 1024} KiB", round(cold, 1), round(direct, 1), f"{cold / direct:.0%}",
+                                      round(tail, 1), f"{tail / seg_mbs:.0%}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    table(["event", "appenders", "segment MB/s", "store MB/s", "segment/store", "events/s"], rows)
+    table(["event", "appenders", "segment MB/s", "store MB/s", "segment/store", "events/s", "ratio per run"], rows)
     print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
-    print(f"#   handed one block ({args.block_size} bytes) of events per call. MB/s of event bodies.")
+    print(f"#   handed one block ({args.block_size} bytes) of events per call. MB/s of event bodies; medians of")
+    print(f"#   {args.repeat} runs each, store and segment alternating.")
     print()
     table(["event", "catch-up read MB/s", "store read MB/s", "catch-up/store", "tail read MB/s",
            "tail/append"], read_rows)

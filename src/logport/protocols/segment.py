@@ -456,7 +456,7 @@ def decode_body(type_code: int, body: bytes | memoryview) -> Message:
                 raise SegmentProtocolError(f"{cls.__name__} announces {count} strings in {end - pos} bytes")
             values.append(tuple(string(name) for _ in range(count)))
         else:  # rest
-            values.append(bytes(view[pos:]))
+            values.append(body if pos == 0 and isinstance(body, bytes) else bytes(view[pos:]))
             pos = end
     if pos != end:
         raise SegmentProtocolError(f"{cls.__name__} has {end - pos} bytes after its last field")
@@ -688,8 +688,10 @@ class Connection:
             self._check_length(type_code, length)
             if len(self._buffer) < HEADER_SIZE + length:
                 return self._need_data()
-            self._buffer.skip(HEADER_SIZE)
-            body = self._buffer.extract(length)
+            buf = self._buffer
+            with memoryview(buf.raw) as view:  # one copy of the body (a SegmentRead carries up to 2 MiB)
+                body = bytes(view[buf.start + HEADER_SIZE : buf.start + HEADER_SIZE + length])
+            buf.consumed(HEADER_SIZE + length)
             message = decode_body(type_code, body)
             result = self._receive_message(message)
             if result is not None:
