@@ -87,6 +87,7 @@ class ForwardConfig:
     max_connections: int = 1024
     idle_timeout: float = 300.0  # seconds without a byte before a connection is closed; 0 = never
     max_inflight_bytes: int = 8 * MiB  # per connection: received, not yet stored; reading pauses above
+    max_total_inflight_bytes: int = 32 * MiB  # the same over all connections of the listener
     exactly_once: bool = True  # a retried chunk id is acked again but not stored twice
     add_tag_prefix: str = ""
     source_address_key: str = ""  # add the client's IP to every record under this key
@@ -353,7 +354,8 @@ def validate(config: Config) -> None:
         if tls.verify_client and not tls.client_ca:
             raise ConfigError(f"config key '{name}.tls.verify_client' is true but '{name}.tls.client_ca' is empty")
     fw = config.forward
-    for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes"):
+    for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes",
+                "max_total_inflight_bytes"):
         _check_positive(f"forward.{key}", getattr(fw, key))
     _check_positive("forward.idle_timeout", fw.idle_timeout, zero_ok=True)
     if fw.users and not fw.shared_key:
