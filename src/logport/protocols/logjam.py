@@ -197,11 +197,18 @@ def valid_topic(topic: bytes) -> bool:
     return _TOPIC.match(topic) is not None
 
 
+_valid_names: set[tuple[bytes, bytes]] = set()  # pairs already checked: a stream repeats its names
+
+
 def check_names(app_env: bytes, topic: bytes) -> None:
+    if (app_env, topic) in _valid_names:
+        return
     if not valid_app_env(app_env):
         raise InvalidMessage("app_env", f"app-env {app_env[:80]!r} is not application-environment")
     if not valid_topic(topic):
         raise InvalidMessage("topic", f"topic {topic[:80]!r} is not a logjam topic")
+    if len(_valid_names) < 10_000:
+        _valid_names.add((app_env, topic))
 
 
 def topic_for_tag(tag: str) -> bytes:

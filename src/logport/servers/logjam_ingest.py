@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from prometheus_client import Counter
 
-from logport.batch import encode_batch
+from logport.batch import encode_batch, pack_entry
 from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
@@ -82,7 +82,7 @@ class MessageDecoder:
             "created_ms": created_ms, "received_on": received_on,
         }
         tag = f"logjam.{app_env}.{topic}"
-        return Accepted(message, tag, json, encode_batch(tag, [(seconds, nanos, record)], option))
+        return Accepted(message, tag, json, encode_batch(tag, pack_entry(seconds, nanos, record), option))
 
 
 def log_invalid(metrics: LogjamMetrics, error: ProtocolError, peer: str, socket: str) -> None:
