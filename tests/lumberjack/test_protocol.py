@@ -27,6 +27,7 @@ from logport.protocols.lumberjack import (
     encode_json,
     encode_window,
     format_timestamp,
+    json_fields,
     parse_timestamp,
 )
 from tests.conftest import VECTORS
@@ -229,24 +230,30 @@ def test_timestamp_round_trip(seconds: int, nanos: int) -> None:
 SMALL = Limits(max_payload_size=4096, max_decompressed_size=16384, max_window_size=1000)
 
 
-def _consume(role: Role, data: bytes, splits: list[int]) -> None:
-    conn = Connection(role, SMALL)
+def _consume(role: Role, data: bytes, splits: list[int], decode_json: bool = True) -> None:
+    conn = Connection(role, SMALL, decode_json=decode_json)
     pos = 0
     try:
         for n in [*splits, len(data)]:
             conn.receive_data(data[pos : pos + n])
             pos += n
             steps = 0
-            while conn.next_event() is not NEED_DATA:
+            while (event := conn.next_event()) is not NEED_DATA:
                 steps += 1
                 assert steps < 100_000
+                if isinstance(event, DataFrames):
+                    for seq, fields in event.frames:
+                        if not decode_json and isinstance(fields, bytes):
+                            assert isinstance(json_fields(seq, fields), dict)
+                        else:
+                            assert isinstance(fields, dict)
     except RemoteProtocolError:
         pass
 
 
-@given(st.binary(max_size=2048), st.lists(st.integers(1, 64), max_size=8))
-def test_arbitrary_bytes_raise_only_protocol_errors_server(data: bytes, splits: list[int]) -> None:
-    _consume(Role.SERVER, data, splits)
+@given(st.binary(max_size=2048), st.lists(st.integers(1, 64), max_size=8), st.booleans())
+def test_arbitrary_bytes_raise_only_protocol_errors_server(data: bytes, splits: list[int], decode: bool) -> None:
+    _consume(Role.SERVER, data, splits, decode)
 
 
 @given(st.binary(max_size=512))
@@ -272,7 +279,7 @@ def test_valid_streams_with_mutations_never_misbehave(frames: list[bytes], data:
         if stream:
             i = data.draw(st.integers(0, len(stream) - 1))
             stream[i] = data.draw(st.integers(0, 255))
-    _consume(Role.SERVER, bytes(stream), data.draw(st.lists(st.integers(1, 32), max_size=5)))
+    _consume(Role.SERVER, bytes(stream), data.draw(st.lists(st.integers(1, 32), max_size=5)), data.draw(st.booleans()))
 
 
 @given(st.lists(frame_strategy, min_size=1, max_size=8))
@@ -280,3 +287,18 @@ def test_valid_streams_decode_the_same_compressed_or_not(frames: list[bytes]) ->
     plain = b"".join(frames)
     limits = Limits(max_window_size=10_000)
     assert events_of(plain, limits=limits) == events_of(compressed_frame(V2, plain), limits=limits)
+
+
+@pytest.mark.parametrize("chunk", [0, 1])
+def test_raw_json_mode_hands_out_the_json_bytes(chunk: int) -> None:
+    stream = J1 + compressed_frame(V2, [encode_json(2, b'{"b":2}'), encode_json(3, b"[1]")])
+    conn = Connection(Role.SERVER, decode_json=False)
+    got: list = []
+    for piece in ([stream[i : i + 1] for i in range(len(stream))] if chunk else [stream]):
+        conn.receive_data(piece)
+        while (event := conn.next_event()) is not NEED_DATA:
+            got.extend(event.frames)
+    assert got == [(1, b'{"a":1}'), (2, b'{"b":2}'), (3, b"[1]")]
+    assert json_fields(2, got[1][1]) == {"b": 2}
+    with pytest.raises(RemoteProtocolError, match="J frame seq 3 holds JSON list"):
+        json_fields(3, got[2][1])

@@ -63,7 +63,7 @@ class DataFrames:
     """
 
     version: int
-    frames: list[tuple[int, dict[str, Any]]]
+    frames: list[tuple[int, Any]]  # fields: a dict, or a J frame's JSON bytes with decode_json=False
 
     @property
     def seqs(self) -> list[int]:
@@ -116,14 +116,18 @@ class Role(enum.Enum):
 class Connection:
     """One lumberjack connection, either side. Raises only RemoteProtocolError / LocalProtocolError."""
 
-    def __init__(self, role: Role, limits: Limits | None = None, *, peer: str | None = None) -> None:
+    def __init__(self, role: Role, limits: Limits | None = None, *, peer: str | None = None,
+                 decode_json: bool = True) -> None:
         self.role = role
+        # False: J frames come out as their JSON bytes, for the caller to decode with `json_fields`
+        # right before it is done with each event (short-lived dicts keep the cyclic GC idle)
+        self.decode_json = decode_json
         self.limits = limits or Limits()
         self.peer = peer
         self.version: int | None = None  # the version of the last frame received
         self._buffer = ReceiveBuffer()
         self._events: deque[Event] = deque()
-        self._run: list[tuple[int, dict[str, Any]]] = []  # data frames not yet handed out as DataFrames
+        self._run: list[tuple[int, Any]] = []  # data frames not yet handed out as DataFrames
         self._run_version = V2
         self._error: RemoteProtocolError | None = None
         self._fresh = True
@@ -206,12 +210,8 @@ class Connection:
             stop = pos + 10 + length
             if stop > end:
                 return None
-            try:
-                fields = orjson.loads(memoryview(data)[pos + 10 : stop])
-            except orjson.JSONDecodeError as e:
-                raise RemoteProtocolError(f"J frame seq {seq} is not valid JSON: {e}") from None
-            if type(fields) is not dict:
-                raise RemoteProtocolError(f"J frame seq {seq} holds JSON {type(fields).__name__}, not an object")
+            payload = bytes(data[pos + 10 : stop])
+            fields = json_fields(seq, payload) if self.decode_json else payload
             if version != self._run_version:
                 self._end_run()
                 self._run_version = version
@@ -254,19 +254,23 @@ class Connection:
         loads = orjson.loads
         view = memoryview(data)
         run = self._run
+        decode = self.decode_json
         start = pos
         while end - pos >= 10 and data[pos + 1] == JSON and data[pos] == version:
             _, _, seq, length = unpack(data, pos)
             stop = pos + 10 + length
             if length > limit or stop > end:
                 break  # _parse_frame reports it
-            try:
-                fields = loads(view[pos + 10 : stop])
-            except orjson.JSONDecodeError:
-                break
-            if type(fields) is not dict:
-                break
-            run.append((seq, fields))
+            if decode:
+                try:
+                    fields = loads(view[pos + 10 : stop])
+                except orjson.JSONDecodeError:
+                    break
+                if type(fields) is not dict:
+                    break
+                run.append((seq, fields))
+            else:
+                run.append((seq, data[pos + 10 : stop]))
             pos = stop
         if pos > start:
             self.version = version
@@ -362,6 +366,17 @@ def _read_string(data: bytes | bytearray, p: int, end: int, frame_start: int,
     if stop > end:
         return None
     return bytes(data[p + 4 : stop]).decode("utf-8", "replace"), stop
+
+
+def json_fields(seq: int, payload: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """A `J` frame's JSON object, or RemoteProtocolError."""
+    try:
+        fields = orjson.loads(payload)
+    except orjson.JSONDecodeError as e:
+        raise RemoteProtocolError(f"J frame seq {seq} is not valid JSON: {e}") from None
+    if type(fields) is not dict:
+        raise RemoteProtocolError(f"J frame seq {seq} holds JSON {type(fields).__name__}, not an object")
+    return fields
 
 
 # --- encoders (shared by Connection.send and the clients' hot path) ---

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import orjson
 from prometheus_client import Counter, Gauge
 
 from logport.batch import encode_batch
@@ -32,6 +33,7 @@ from logport.protocols.lumberjack import (
     Role,
     WindowSize,
     encode_ack,
+    json_fields,
     parse_timestamp,
 )
 from logport.runtime import Runtime
@@ -62,7 +64,7 @@ class Window:
     """Events to store together and acknowledge with one `A` (empty: a `W 0`, acknowledged with 0)."""
 
     version: int
-    events: list[tuple[int, dict[str, Any]]]  # (seq, fields)
+    events: list[tuple[int, Any]]  # (seq, fields)
     stored: asyncio.Task[None] | None = None  # the append, started as soon as the window is complete
 
 
@@ -84,17 +86,21 @@ class LumberjackMetrics:
         self.connections = Gauge("logport_lumberjack_connections", "Open connections", registry=r)
 
 
-def build_batches(events: list[tuple[int, dict[str, Any]]], *, tag: str, tag_from_beat: bool, peer: str,
+def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
                   max_body: int, received_ns: int) -> list[tuple[str, bytes, int]]:
     """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
 
     The record is the event without `@metadata`, which goes into the option;
     `@timestamp` becomes the event time (the receive time when it is missing or bad).
+    Events are (seq, fields), fields a dict or a J frame's JSON bytes; bad JSON
+    raises RemoteProtocolError.
     """
     out: list[tuple[str, bytes, int]] = []
     default_s, default_ns = divmod(received_ns, 1_000_000_000)
     head = _ENTRY_HEAD.pack
     pack = _record_packer.pack
+    loads = orjson.loads
+    head_size = _ENTRY_HEAD.size
     parts: list[bytes] = []  # entry head, packed record, entry head, ...
     run_bytes = 0
     run_meta: Any = None
@@ -108,12 +114,22 @@ def build_batches(events: list[tuple[int, dict[str, Any]]], *, tag: str, tag_fro
                 option["@metadata"] = run_meta
             out.append((run_tag, encode_batch(run_tag, b"".join(parts), option), count))
 
-    for _, fields in events:
+    for seq, item in events:
+        # a J frame's JSON is decoded here, right before it is packed, so the dicts die young
+        if type(item) is dict:
+            fields = item
+        else:
+            try:
+                fields = loads(item)
+            except orjson.JSONDecodeError:
+                fields = json_fields(seq, item)  # raises the protocol's error for it
+            if type(fields) is not dict:
+                fields = json_fields(seq, item)
         meta = fields.pop("@metadata", None)
         t = parse_timestamp(fields.get("@timestamp"))
         seconds, nanos = t if t is not None else (default_s, default_ns)
         record = pack(fields)
-        entry_bytes = len(record) + _ENTRY_HEAD.size
+        entry_bytes = len(record) + head_size
         if meta != run_meta or (parts and run_bytes + entry_bytes > max_body):
             close_run()
             parts, run_bytes, run_meta = [], 0, meta
@@ -181,7 +197,7 @@ class LumberjackConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.proto: Connection | None = None
         self.loop = asyncio.get_running_loop()
-        self.window: list[tuple[int, dict[str, Any]]] = []  # (seq, fields) of events of the current window not yet handed to the store
+        self.window: list[tuple[int, Any]] = []  # (seq, fields) of events of the current window not yet handed to the store
         self.window_version = 0x32
         self.window_remaining: int | None = None  # events still due in the current window; None: no W yet
         self.jobs: deque[Window] = deque()
@@ -211,7 +227,7 @@ class LumberjackConnection(asyncio.Protocol):
             return
         srv.connections.add(self)
         srv.metrics.connections.inc()
-        self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer)
+        self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, decode_json=False)
         self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
         self._arm_idle()
 
@@ -250,7 +266,7 @@ class LumberjackConnection(asyncio.Protocol):
 
     # --- windows ---
 
-    def _add_frames(self, frames: list[tuple[int, dict[str, Any]]]) -> None:
+    def _add_frames(self, frames: list[tuple[int, Any]]) -> None:
         """Add data frames to the current window, finishing windows as their announced size is reached."""
         while frames:
             remaining = self.window_remaining
@@ -289,7 +305,7 @@ class LumberjackConnection(asyncio.Protocol):
             self.paused = True
             self.transport.pause_reading()
 
-    async def _append(self, events: list[tuple[int, dict[str, Any]]]) -> None:
+    async def _append(self, events: list[tuple[int, Any]]) -> None:
         srv = self.server
         cfg = self.config
         batches = build_batches(events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
