@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record-size", type=int, default=170, help="bytes per packed record")
     p.add_argument("--window", type=int, default=4, help="chunks in flight per connection (awaiting acks)")
     p.add_argument("--seconds", type=float, default=8.0, help="duration of each measured run")
-    p.add_argument("--overload-seconds", type=float, default=6.0, help="duration of the 10x overload run")
+    p.add_argument("--overload-seconds", type=float, default=6.0, help="duration of the overload run")
+    p.add_argument("--overload", type=int, default=10, help="the overload run uses this many times the connections")
     p.add_argument("--dir", default=None, help="data directory parent (default: ./bench-out)")
     p.add_argument("--skip-node", action="store_true", help="do not run the FluentServer comparison")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the load generator
@@ -110,8 +111,9 @@ async def load(settings: dict[str, Any]) -> dict[str, Any]:
             "offered_bytes": sent_bytes[0]}
 
 
-def run_load(host: str, port: int, args: argparse.Namespace, *, seconds: float, window: int) -> subprocess.Popen[str]:
-    settings = {"host": host, "port": port, "connections": args.connections, "events": args.events,
+def run_load(host: str, port: int, args: argparse.Namespace, *, seconds: float, window: int,
+             connections: int | None = None) -> subprocess.Popen[str]:
+    settings = {"host": host, "port": port, "connections": connections or args.connections, "events": args.events,
                 "record_size": args.record_size, "window": window, "seconds": seconds}
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen([sys.executable, __file__, "--load", json.dumps(settings)], stdout=subprocess.PIPE,
@@ -143,8 +145,8 @@ def rss_mib() -> float:
     return float("nan")
 
 
-async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, window: int
-                      ) -> tuple[dict[str, Any], float, float]:
+async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, window: int,
+                      connections: int | None = None) -> tuple[dict[str, Any], float, float]:
     """(load result, RSS before, peak RSS during) against an in-process hub with fsync=always."""
     from logport.config import Config, ForwardConfig, StoreConfig
     from logport.hub import Hub
@@ -158,7 +160,8 @@ async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, w
     before = rss_mib()
     peak = before
     try:
-        proc = run_load("127.0.0.1", config.forward.port, args, seconds=seconds, window=window)
+        proc = run_load("127.0.0.1", config.forward.port, args, seconds=seconds, window=window,
+                        connections=connections)
         while proc.poll() is None:
             peak = max(peak, rss_mib())
             await asyncio.sleep(0.1)
@@ -206,8 +209,9 @@ def run(args: argparse.Namespace) -> int:
         total = 128 * 1024 * 1024
         elapsed, lat = run_async(lambda: store_append(work / "store", 65536, args.connections, total, "always"))
         store_mbs = len(lat) * 65536 / elapsed / 1e6
+        overload = args.connections * args.overload
         ov, rss0, rss_peak = run_async(lambda: logport_run(work / "ov", args, seconds=args.overload_seconds,
-                                                           window=0))
+                                                           window=0, connections=overload))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -230,12 +234,13 @@ def run(args: argparse.Namespace) -> int:
     from logport.config import ForwardConfig, StoreConfig
 
     fw, st = ForwardConfig(), StoreConfig()
-    bound = rss0 + (args.connections * (fw.max_inflight_bytes + fw.chunk_size_limit) + st.max_pending_bytes) / 2**20
-    print(f"# overload: {args.connections} connections writing chunks back to back without waiting for acks "
-          f"(unthrottled, {offered_mbs / lp_mbs:.1f}x the acked rate above) for {args.overload_seconds:.0f} s: "
+    bound = rss0 + (fw.max_total_inflight_bytes + overload * fw.chunk_size_limit + st.max_pending_bytes) / 2**20
+    print(f"# overload: {overload} connections ({args.overload}x) writing chunks back to back without waiting for "
+          f"acks (each as fast as TCP lets it) for {args.overload_seconds:.0f} s: "
+          f"accepted {offered_mbs:.1f} MB/s into sockets, "
           f"stored {ov_mbs:.1f} MB/s; server RSS {rss0:.0f} MiB before, {rss_peak:.0f} MiB peak, "
           f"bound {bound:.0f} MiB: {'bounded' if rss_peak <= bound else 'OVER THE BOUND'}")
-    print("# bound = RSS before + connections x (forward.max_inflight_bytes + forward.chunk_size_limit)"
+    print("# bound = RSS before + forward.max_total_inflight_bytes + connections x forward.chunk_size_limit"
           " + store.max_pending_bytes")
     print(f"# max RSS of this process over the whole run: "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

@@ -311,3 +311,29 @@ async def closed_without_reply_after_pong(r: asyncio.StreamReader) -> None:
     while chunk := await asyncio.wait_for(r.read(1000), 5):
         data += chunk
     assert msgpack.unpackb(data)[:2] == ["PONG", False]
+
+
+async def test_listener_wide_inflight_budget_pauses_and_resumes_every_connection(tmp_path: Path) -> None:
+    config = forward_config(tmp_path, max_total_inflight_bytes=32 * 1024)
+    async with running_hub(config) as hub:
+
+        async def client(c: int) -> list[str]:
+            r, w = await connect(config.forward.port)
+            for n in range(10):
+                start = (c * 10 + n) * 50
+                w.write(fp.encode_packed_forward("t", entries(50, start=start, size=50), {"chunk": f"{c}-{n}"}))
+            up = msgpack.Unpacker()
+            acks: list[str] = []
+            while len(acks) < 10:
+                up.feed(await asyncio.wait_for(r.read(65536), 10))
+                acks.extend(a["ack"] for a in up)
+            w.close()
+            return acks
+
+        results = await asyncio.gather(*(client(c) for c in range(6)))
+        assert all(sorted(acks) == sorted(f"{c}-{n}" for n in range(10)) for c, acks in enumerate(results))
+        assert sorted(e[3]["i"] for e in await stored_events(hub)) == list(range(3000))
+        assert hub.runtime is not None
+        server = hub.services["forward"]
+        assert server.inflight == 0 and not server.paused  # type: ignore[attr-defined]
+        assert (hub.runtime.metrics.registry.get_sample_value("logport_forward_read_pauses_total") or 0) >= 1

@@ -58,6 +58,8 @@ class ForwardServer:
         self.hostname = self.config.self_hostname or runtime.hostname
         self.metrics = ForwardMetrics(runtime)
         self.connections: set[ForwardConnection] = set()
+        self.inflight = 0  # bytes received and not yet stored, over all connections
+        self.paused: set[ForwardConnection] = set()
         self.guard = ConnectionGuard(log, max_connections=self.config.max_connections)
         self.handshake_failures = FailureLimiter(log, what="forward handshake")  # slows down key guessing
         # (nonce, auth salt) for every HELO instead of random ones: only for replaying recorded handshakes
@@ -160,6 +162,7 @@ class ForwardConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.server.paused.discard(self)
         if self in self.server.connections:
             self.server.connections.discard(self)
             self.server.guard.release(self.peer)
@@ -239,13 +242,29 @@ class ForwardConnection(asyncio.Protocol):
             log.warning("invalid entries skipped", extra={"peer": self.peer, "value": batch.invalid, "tag": batch.tag})
         size = len(batch.entries)
         self.inflight += size
+        self.server.inflight += size
         task = asyncio.ensure_future(self._store(batch, size))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        if self.inflight > self.config.max_inflight_bytes and not self.paused and self.transport is not None:
+        if self.over_budget() and not self.paused and self.transport is not None:
             self.paused = True
+            self.server.paused.add(self)
             self.server.metrics.read_pauses.inc()
             self.transport.pause_reading()
+
+    def over_budget(self) -> bool:
+        """Received but not yet stored: over this connection's limit, or over the whole listener's."""
+        return (self.inflight > self.config.max_inflight_bytes
+                or self.server.inflight > self.config.max_total_inflight_bytes)
+
+    def resume_if_under(self) -> None:
+        cfg = self.config
+        if (self.paused and self.inflight <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
+                and self.server.inflight <= cfg.max_total_inflight_bytes * _READ_PAUSED_BELOW):
+            self.paused = False
+            self.server.paused.discard(self)
+            if not self.closing and self.transport is not None:
+                self.transport.resume_reading()
 
     async def _store(self, batch: fp.EventBatch, size: int) -> None:
         server = self.server
@@ -270,7 +289,9 @@ class ForwardConnection(asyncio.Protocol):
             writer = None
             if chunk is not None and self.config.exactly_once:
                 writer = WriterCondition(key=b"fwd:" + fp._b(chunk), end=1)
-            if batch.size:
+            count, mode, nbytes = batch.size, batch.mode, len(entries)
+            del batch, entries, pieces  # while the store works, hold one copy of the data, not three
+            if count:
                 result = await self.store.append(segment, bodies, writer=writer)
                 duplicate = result.duplicate
             elif chunk is not None:
@@ -282,8 +303,8 @@ class ForwardConnection(asyncio.Protocol):
                 log.info("retried chunk acknowledged again, not stored", extra={"peer": self.peer})
             else:
                 server.metrics.batches.inc()
-                server.metrics.events.labels(batch.mode.value).inc(batch.size)
-                server.metrics.bytes.inc(len(entries))
+                server.metrics.events.labels(mode.value).inc(count)
+                server.metrics.bytes.inc(nbytes)
             if chunk is not None and self.transport is not None and not self.transport.is_closing():
                 self.transport.write(self.conn.send(fp.Ack(chunk)))  # type: ignore[union-attr]
         except (StoreError, OSError) as e:
@@ -292,11 +313,11 @@ class ForwardConnection(asyncio.Protocol):
             self.close()
         finally:
             self.inflight -= size
-            limit = self.config.max_inflight_bytes
-            if self.paused and self.inflight <= limit * _READ_PAUSED_BELOW and self.transport is not None:
-                self.paused = False
-                if not self.closing:
-                    self.transport.resume_reading()
+            server.inflight -= size
+            self.resume_if_under()
+            if server.paused and server.inflight <= self.config.max_total_inflight_bytes * _READ_PAUSED_BELOW:
+                for conn in list(server.paused):  # the listener's budget has room again
+                    conn.resume_if_under()
 
 
 def _count(entries: bytes) -> int:
