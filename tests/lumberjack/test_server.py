@@ -378,3 +378,23 @@ async def test_a_window_larger_than_a_store_frame_is_stored_as_several_batches(t
         batches = await stored_batches(hub.runtime.store, "lumberjack")
         assert len(batches) >= 3 and sum(b.option["size"] for b in batches) == 40
         assert [e.record["message"][:4] for b in batches for e in b] == [f"{i:04d}" for i in range(1, 41)]
+
+
+async def test_tls_with_required_client_certificates(tmp_path: Path) -> None:
+    server_cert, server_key = self_signed_cert(tmp_path, "localhost")
+    client_cert, client_key = self_signed_cert(tmp_path, "beat-client")
+    tls = TLSConfig(cert=str(server_cert), key=str(server_key), client_ca=str(client_cert), verify_client=True)
+    async with running_hub(lumberjack_config(tmp_path / "data", tls=tls)) as hub:
+        port = hub.config.lumberjack.port
+        anonymous = ssl.create_default_context(cafile=str(server_cert))
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            reader, writer = await connect(port, anonymous)
+            writer.write(window(range(1, 2)))
+            await read_acks_until(reader, 1)
+        with_cert = ssl.create_default_context(cafile=str(server_cert))
+        with_cert.load_cert_chain(str(client_cert), str(client_key))
+        reader, writer = await connect(port, with_cert)
+        writer.write(window(range(1, 2)))
+        await read_acks_until(reader, 1)
+        writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 1)) == 1
