@@ -129,6 +129,7 @@ class LumberjackClient:
         self.reconnect_delay = reconnect_delay
         self.inflight: deque[PendingWindow] = deque()  # sent (or to resend), oldest first
         self.connects = 0
+        self.acks = 0  # non-zero acks received
         self._wire: _Wire | None = None
         self._connected = asyncio.Event()
         self._space = asyncio.Event()
@@ -209,6 +210,7 @@ class LumberjackClient:
         self._last_progress = time.monotonic()
         if seq == 0 or not self.inflight:
             return  # keep-alive
+        self.acks += 1
         window = self.inflight[0]
         # seqs restart at 1 in each window, and in a tail resent after a partial ack
         window.acked = max(window.acked, window.sent_from + seq)
@@ -247,6 +249,7 @@ class LumberjackClient:
                 continue
             self._wire = wire
             self.connects += 1
+            acks_before = self.acks
             self._last_progress = time.monotonic()
             if self.inflight:  # the unacknowledged tail, in order
                 assert wire.transport is not None
@@ -261,8 +264,10 @@ class LumberjackClient:
                 log.warning("connection lost, reconnecting", extra={"peer": f"{self.host}:{self.port}"})
             else:
                 return
-            await asyncio.sleep(self.reconnect_delay)
-            delay = self.reconnect_delay
+            # a server that takes the connection but acknowledges nothing (say, it refuses a window
+            # over its limits) is retried ever more slowly, like one that refuses connections
+            delay = self.reconnect_delay if self.acks > acks_before else min(delay * 2, MAX_RECONNECT_DELAY)
+            await asyncio.sleep(delay)
 
     async def _watch(self, wire: _Wire) -> bool:
         """Wait until the connection is lost (False) or no ack came for ack_timeout with windows out (True)."""
