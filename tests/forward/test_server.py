@@ -337,3 +337,20 @@ async def test_listener_wide_inflight_budget_pauses_and_resumes_every_connection
         server = hub.services["forward"]
         assert server.inflight == 0 and not server.paused  # type: ignore[attr-defined]
         assert (hub.runtime.metrics.registry.get_sample_value("logport_forward_read_pauses_total") or 0) >= 1
+
+
+async def test_acks_still_sent_after_the_client_half_closes(tmp_path: Path) -> None:
+    config = forward_config(tmp_path)
+    async with running_hub(config) as hub:
+        r, w = await connect(config.forward.port)
+        for n in range(5):
+            w.write(fp.encode_packed_forward("t", entries(200, start=n * 200, size=20), {"chunk": f"h{n}"}))
+        w.write_eof()  # shutdown(SHUT_WR): no more data, but the acks are still wanted
+        data = b""
+        while chunk := await asyncio.wait_for(r.read(65536), 10):
+            data += chunk
+        up = msgpack.Unpacker()
+        up.feed(data)
+        assert sorted(a["ack"] for a in up) == [f"h{n}" for n in range(5)]
+        assert len(await stored_events(hub)) == 1000
+        w.close()

@@ -121,6 +121,8 @@ class ForwardConnection(asyncio.Protocol):
         self.inflight = 0
         self.paused = False
         self.closing = False
+        self.eof = False
+        self.storing = 0  # batches handed to the store and not yet answered
         self.last_data = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._hostname: asyncio.Future[str] | None = None
@@ -213,7 +215,10 @@ class ForwardConnection(asyncio.Protocol):
             log.warning("connection closed in the middle of a message",
                         extra={"peer": self.peer, "value": self.conn.buffered})
             self.server.metrics.errors.labels("truncated").inc()
-        return False  # close our side too once the acks are written (transport closes after writes)
+        self.eof = True
+        if self.storing:
+            return True  # half-closed: the acks of what is still being stored go out, then we close
+        return False
 
     def _fail(self, e: ProtocolError) -> None:
         if isinstance(e, LimitExceeded):
@@ -243,6 +248,7 @@ class ForwardConnection(asyncio.Protocol):
         size = len(batch.entries)
         self.inflight += size
         self.server.inflight += size
+        self.storing += 1
         task = asyncio.ensure_future(self._store(batch, size))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -314,6 +320,9 @@ class ForwardConnection(asyncio.Protocol):
         finally:
             self.inflight -= size
             server.inflight -= size
+            self.storing -= 1
+            if self.eof and not self.storing:  # the last one after the client's EOF
+                self.close()
             self.resume_if_under()
             if server.paused and server.inflight <= self.config.max_total_inflight_bytes * _READ_PAUSED_BELOW:
                 for conn in list(server.paused):  # the listener's budget has room again
