@@ -155,24 +155,33 @@ def scan_entries(data: bytes) -> tuple[bytes, int, int]:
     up = msgpack.Unpacker(raw=True, max_buffer_size=max(n, 1), ext_hook=msgpack.ExtType,
                           strict_map_key=False)
     up.feed(data)
-    skip, tell = up.skip, up.tell
-    valid = invalid = 0
+    skip, tell, maps = up.skip, up.tell, _MAP_FIRST
+    valid = pos = 0
+    try:
+        # the form clients send, [EventTime (fixext8 type 0), map], in the tightest loop
+        while pos < n - 11 and data[pos] == 0x92 and data[pos + 1] == 0xD7 and data[pos + 2] == 0 \
+                and data[pos + 11] in maps:
+            skip()
+            pos = tell()
+            valid += 1
+    except (msgpack.OutOfData, ValueError, TypeError, msgpack.FormatError, msgpack.StackError):
+        return data[:pos], valid, 1
+    if pos >= n:
+        return data, valid, 0
+    return _scan_rest(data, pos, valid, up)
+
+
+def _scan_rest(data: bytes, pos: int, valid: int, up: msgpack.Unpacker) -> tuple[bytes, int, int]:
+    """scan_entries from `pos` on, for any entry form, cutting out the invalid ones."""
+    n = len(data)
+    invalid = 0
     keep: list[tuple[int, int]] = []  # byte ranges of valid entries, only once one was invalid
-    clean_until = 0
-    pos = 0
+    clean_until = pos
     try:
         while pos < n:
-            # fast paths: [EventTime (fixext8), map] and [uint32 seconds, map], the forms clients send
-            if data[pos] == 0x92 and pos + 11 < n and (
-                    (data[pos + 1] == 0xD7 and data[pos + 2] == 0 and data[pos + 11] in _MAP_FIRST)
-                    or (data[pos + 1] == 0xCE and data[pos + 6] in _MAP_FIRST)):
-                skip()
-                end = tell()
-                ok = True
-            else:
-                ok = _entry_ok(data, pos, up)
-                skip()
-                end = tell()
+            ok = _entry_ok(data, pos, up)
+            up.skip()
+            end = up.tell()
             if ok:
                 valid += 1
                 if invalid:
