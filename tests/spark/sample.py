@@ -62,7 +62,9 @@ def build_sample(seed: int = 7, logjam_batches: int = 40, per_batch: int = 50) -
     odd = (msgpack.packb([BASE_S + 5, {"message": "integer time"}])
            + msgpack.packb([[event_time(BASE_S + 6, 123), {"fluent_signal": 0}], {"message": "with meta"}],
                            use_bin_type=True)
-           + pack_entry(BASE_S + 7, 999_999_999, {"message": "last"}))
+           + pack_entry(BASE_S + 7, 999_999_999, {"message": "last"})
+           + pack_entry(BASE_S + 8, 5, {"message": "exts in the record", "when": event_time(BASE_S, 42),
+                                        "other": msgpack.ExtType(5, b"xyz"), "list": [event_time(1, 2)]}))
     fwd.append(encode_batch("app.odd", odd, {"source": "forward", "peer": "127.0.0.1:50001"}))
     fwd.append(b"\x00\x01 opaque bytes from a segment-protocol client \xff")
     fwd.append(encode_batch("app.empty", [], {"size": 0, "source": "forward"}))

@@ -10,7 +10,8 @@ into JSON by orjson via map(), and the columns are built as whole Arrow arrays.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+import struct
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -50,17 +51,35 @@ _ARRAY32 = b"\xdd"
 dumps_json = functools.partial(orjson.dumps, default=_default, option=orjson.OPT_NON_STR_KEYS)
 
 
-def _unpack_entries(entries: bytes, count: int | None) -> list[Any]:
-    """All `[time, record]` items of a batch with one C call when `size` is right; else item by item."""
+def _ext_default(value: Any) -> Any:
+    """orjson's fallback for records unpacked with ext_hook=slice: each ext as batch._ext_hook makes it."""
+    if type(value) is slice:
+        return _ext_hook(value.start, value.stop)
+    return _default(value)
+
+
+# Records from the fast path carry exts as slice(code, data); they print as `logport cat` prints them.
+dumps_record = functools.partial(orjson.dumps, default=_ext_default, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _unpack_entries(entries: bytes, count: int | None) -> Sequence[Any]:
+    """All `[time, record]` items of a batch with one C call when `size` is right; else item by item.
+
+    ext_hook=slice keeps msgpack in C for every EventTime: slice(code, data) is a builtin
+    that holds both; _split_items reads the times from it in bulk and dumps_record turns
+    any ext inside a record into what batch._ext_hook returns. use_list=False: tuples are
+    cheaper to build than lists, and orjson writes both as arrays.
+    """
     if count is not None and 0 <= count < 1 << 32:
         try:
-            items = msgpack.unpackb(_ARRAY32 + count.to_bytes(4, "big") + entries, raw=False,
-                                    ext_hook=_ext_hook, strict_map_key=False)
-            if isinstance(items, list):
+            items = msgpack.unpackb(_ARRAY32 + count.to_bytes(4, "big") + entries, raw=False, use_list=False,
+                                    ext_hook=slice, strict_map_key=False)
+            if isinstance(items, tuple):
                 return items
-        except (ValueError, msgpack.UnpackException):
-            pass  # `size` does not match the entries: count them one by one below
-    unpacker = msgpack.Unpacker(raw=False, ext_hook=_ext_hook, strict_map_key=False, max_buffer_size=0)
+        except (ValueError, TypeError, msgpack.UnpackException):
+            pass  # `size` does not match the entries (or a key is unhashable): one by one below
+    unpacker = msgpack.Unpacker(raw=False, use_list=False, ext_hook=slice, strict_map_key=False,
+                                max_buffer_size=0)
     unpacker.feed(entries)
     return list(unpacker)
 
@@ -92,7 +111,7 @@ class ColumnBuilder:
             batch = decode_batch(body)
             items = _unpack_entries(batch.entries, batch.size)
             times, records, metas = _split_items(items, batch.entries)
-        except (BatchDecodeError, ValueError, msgpack.UnpackException):
+        except (BatchDecodeError, ValueError, TypeError, msgpack.UnpackException):
             self._add_opaque(offset, body)
             return 1
         n = len(records)
@@ -103,7 +122,7 @@ class ColumnBuilder:
         self.index.extend(range(n))
         self.tag.extend([batch.tag] * n)
         self.time_ns.extend(times)
-        self.record.extend(map(dumps_json, records))
+        self.record.extend(map(dumps_record, records))
         self.source.extend([source if isinstance(source, str) else None] * n)
         self.option.extend([dumps_json(batch.option)] * n)
         if metas is None:
@@ -144,15 +163,18 @@ class ColumnBuilder:
         return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def _split_items(items: list[Any], entries: bytes) -> tuple[list[int], list[Any], list[Any] | None]:
+def _split_items(items: Sequence[Any], entries: bytes) -> tuple[list[int], Sequence[Any], list[Any] | None]:
     """(time_ns per entry, records, Forward v1.5 metas or None) of unpacked `[time, record]` items."""
+    n = len(items)
     try:
-        # The common case: every time is an EventTime (a (seconds, nanos) tuple from _ext_hook).
-        times = [t[0] * _NANOS + t[1] if type(t) is tuple else -1 for t, _ in items]
-    except (TypeError, ValueError):
-        times = [-1]
-    if -1 not in times:
-        return times, [r for _, r in items], None
+        times, records = zip(*items) if n else ((), ())
+        # The common case: every time an EventTime (ext 0, 8 bytes: uint32 BE seconds, uint32 BE nanos).
+        stops = [t.stop for t in times]
+        if [t.start for t in times].count(0) == n and set(map(len, stops)) <= {8}:
+            pairs = struct.unpack(f">{2 * n}I", b"".join(stops))
+            return [s * _NANOS + ns for s, ns in zip(pairs[0::2], pairs[1::2])], records, None
+    except (ValueError, TypeError, AttributeError):
+        pass
     # Integer times, v1.5 [[time, meta], record] entries or something invalid: the codec's own path.
     parsed = list(iter_entries(entries))
     metas = [e.meta for e in parsed]

@@ -1,0 +1,131 @@
+"""rows/s of spark.read.format("logport") beside Spark's JSON reader over the same events as JSON lines.
+
+Both sides read every column (written to Spark's `noop` sink) in the same run,
+on the same SparkSession. The JSON lines are what `logport cat` prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from logport.batch import encode_batch
+from logport.config import StoreConfig
+from logport.eventjson import dumps_event, event_objects
+from logport.store import SegmentStore
+
+BASE_S = 1_795_000_000
+ACTIONS = ["Orders#index", "Orders#show", "Carts#update", "Search#query", "Users#login", "Health#ping"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--events", type=int, default=1_000_000, help="events stored (default 1M)")
+    p.add_argument("--batch-size", type=int, default=500, help="events per stored batch")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds per side (best counts), after a warm-up")
+    p.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+
+
+def make_batches(events: int, batch_size: int) -> list[bytes]:
+    rng = random.Random(1)
+    bodies = []
+    for start in range(0, events, batch_size):
+        n = min(batch_size, events - start)
+        triples = []
+        for i in range(start, start + n):
+            total = round(rng.lognormvariate(4.5, 1.2), 3)
+            record = {"action": ACTIONS[i % len(ACTIONS)], "started_ms": (BASE_S + i // 50) * 1000,
+                      "total_time": total, "db_time": round(total * 0.4, 3), "view_time": round(total * 0.2, 3),
+                      "code": 500 if i % 97 == 0 else 200, "severity": 1, "request_id": f"{i:016x}",
+                      "host": "web-1", "message": f"request {i} done"}
+            triples.append((BASE_S + i // 50, (i % 50) * 20_000_000, record))
+        bodies.append(encode_batch("logs.shop.production", triples,
+                                   {"size": n, "source": "logjam", "app_env": "shop-production",
+                                    "peer": "127.0.0.1:5000", "sequence": start // batch_size + 1}))
+    return bodies
+
+
+async def store_batches(data_dir: str, bodies: list[bytes]) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never"))
+    try:
+        for i in range(0, len(bodies), 64):
+            await store.append("logjam", bodies[i : i + 64])
+    finally:
+        await store.close()
+
+
+def write_json_lines(path: Path, bodies: list[bytes]) -> None:
+    offset = 0
+    with open(path, "wb") as out:
+        for body in bodies:
+            out.write(b"".join(dumps_event(obj) + b"\n" for obj in event_objects("logjam", offset, body)))
+            offset += 8 + len(body)
+
+
+def timed(action) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import logport.spark
+
+    work = Path(args.dir or tempfile.mkdtemp(prefix="logport-bench-spark-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        print(f"generating {args.events:,} events in batches of {args.batch_size} ...", file=sys.stderr)
+        bodies = make_batches(args.events, args.batch_size)
+        data_dir, jsonl = str(work / "data"), work / "events.jsonl"
+        asyncio.run(store_batches(data_dir, bodies))
+        write_json_lines(jsonl, bodies)
+        stored = sum(8 + len(b) for b in bodies)
+        del bodies
+
+        spark = (SparkSession.builder.master(args.master).appName("logport-bench-spark")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        logport.spark.register(spark)
+
+        def logport_read() -> None:
+            spark.read.format("logport").option("path", data_dir).load().write.format("noop").mode("overwrite").save()
+
+        def json_read() -> None:  # schema inference is part of spark.read.json: a user pays it too
+            spark.read.json(str(jsonl)).write.format("noop").mode("overwrite").save()
+
+        json_schema = spark.read.json(str(jsonl)).schema
+
+        def json_read_with_schema() -> None:
+            spark.read.schema(json_schema).json(str(jsonl)).write.format("noop").mode("overwrite").save()
+
+        sides = {"logport source": logport_read, "JSON reader (inferred schema)": json_read,
+                 "JSON reader (schema given)": json_read_with_schema}
+        for action in sides.values():  # warm-up: JIT, Python workers
+            action()
+        best = {name: min(timed(action) for _ in range(args.rounds)) for name, action in sides.items()}
+        spark.stop()
+
+        n = args.events
+        base = best["logport source"]
+        print(f"\n{n:,} events; stored {stored / 1e6:.1f} MB, JSON lines {jsonl.stat().st_size / 1e6:.1f} MB; "
+              f"master {args.master}; best of {args.rounds}\n")
+        print(f"| reader | seconds | rows/s | logport / this |\n|---|---:|---:|---:|")
+        for name, seconds in best.items():
+            print(f"| {name} | {seconds:.2f} | {n / seconds:,.0f} | {seconds / base:.2f}x |")
+        print(f"\ncommand: logport bench spark --events {n} --batch-size {args.batch_size} "
+              f"--master '{args.master}' --rounds {args.rounds}")
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
