@@ -398,3 +398,11 @@ async def test_tls_with_required_client_certificates(tmp_path: Path) -> None:
         await read_acks_until(reader, 1)
         writer.close()
         assert len(await wait_for_records(hub.runtime.store, "lumberjack", 1)) == 1
+
+
+async def test_v1_frames_without_a_window_frame_are_acknowledged_in_v1(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data", partial_window_delay=0.05)) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(b"".join(encode_data_v1(s, {"line": f"l{s}"}) for s in (1, 2)))
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == ack(2, b"1")
+        writer.close()

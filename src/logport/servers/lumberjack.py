@@ -197,7 +197,7 @@ class LumberjackConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.proto: Connection | None = None
         self.loop = asyncio.get_running_loop()
-        self.window: list[tuple[int, Any]] = []  # (seq, fields) of events of the current window not yet handed to the store
+        self.window: list[tuple[int, Any]] = []  # (seq, fields) of the current window, not yet being stored
         self.window_version = 0x32
         self.window_remaining: int | None = None  # events still due in the current window; None: no W yet
         self.jobs: deque[Window] = deque()
@@ -243,6 +243,8 @@ class LumberjackConnection(asyncio.Protocol):
                 if event is NEED_DATA:
                     break
                 if type(event) is DataFrames:
+                    if self.window_remaining is None and not self.window:
+                        self.window_version = event.version  # no W: acks go in the data frames' version
                     self._add_frames(event.frames)
                 elif type(event) is WindowSize:
                     if self.window:  # the previous window was cut short: store what came
