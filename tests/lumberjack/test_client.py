@@ -18,6 +18,7 @@ import pytest
 
 from logport.clients.lumberjack import LumberjackClient, window_frames
 from logport.config import LumberjackOutputConfig, TLSConfig
+from logport.hub import Hub
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import Connection, DataFrames, Role, WindowSize
 from tests.conftest import REPO, VECTORS
@@ -280,6 +281,18 @@ async def test_client_over_tls(tmp_path: Path) -> None:
     assert records[0].record == {"message": "over tls"}
 
 
+async def wait_for_checkpoint(source: Hub, timeout: float = 5.0) -> None:
+    """Until the source hub's only output has committed everything its segment holds."""
+    (output,) = [s for key, s in source.services.items() if key.startswith("output.lumberjack.")]
+    assert source.runtime is not None
+    end = source.runtime.store.info("lumberjack").end_offset
+    for _ in range(int(timeout / 0.05)):
+        if output.follower.checkpoint == end:  # type: ignore[attr-defined]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"output checkpoint {output.follower.checkpoint} never reached {end}")  # type: ignore[attr-defined]
+
+
 async def test_output_ships_a_segment_to_another_server_and_commits(tmp_path: Path) -> None:
     target_config = lumberjack_config(tmp_path / "target")
     target_port = target_config.lumberjack.port
@@ -299,12 +312,7 @@ async def test_output_ships_a_segment_to_another_server_and_commits(tmp_path: Pa
         async with running_hub(target_config) as target:
             records = await wait_for_records(target.runtime.store, "lumberjack", 41)
             batches = await stored_batches(target.runtime.store, "lumberjack")
-        output = source.services["output.lumberjack.downstream"]
-        for _ in range(50):
-            if output.follower.checkpoint == source.runtime.store.info("lumberjack").end_offset:  # type: ignore[attr-defined]
-                break
-            await asyncio.sleep(0.05)
-        assert output.follower.checkpoint == source.runtime.store.info("lumberjack").end_offset  # type: ignore[attr-defined]
+        await wait_for_checkpoint(source)
     assert [r.record["message"] for r in records] == [f"e{i}" for i in range(40)] + ["no timestamp"]
     assert [r.nanos for r in records[:40]] == list(range(40))
     assert batches[0].option["@metadata"] == meta
@@ -327,3 +335,22 @@ async def test_logport_send_lumberjack_reads_json_lines(tmp_path: Path) -> None:
         assert b"sent 3 events" in err
         records = await wait_for_records(hub.runtime.store, "lumberjack", 3)
     assert [r.record for r in records] == [{"message": "one"}, {"message": "not json"}, {"message": "two", "n": 2}]
+
+
+async def test_output_resumes_from_its_checkpoint_after_a_restart(tmp_path: Path) -> None:
+    target_config = lumberjack_config(tmp_path / "target")
+    source_config = lumberjack_config(tmp_path / "source")
+    source_config.outputs.lumberjack = [LumberjackOutputConfig(
+        name="down", port=target_config.lumberjack.port, reconnect_delay=0.1)]
+    async with running_hub(target_config) as target:
+        for round_, count in enumerate((5, 3)):
+            async with running_hub(source_config) as source:
+                client = LumberjackClient("127.0.0.1", source_config.lumberjack.port)
+                await asyncio.wait_for(client.send([{"round": round_, "i": i} for i in range(count)]), 10)
+                await client.close()
+                await wait_for_records(target.runtime.store, "lumberjack", 5 + 3 * round_)
+                await wait_for_checkpoint(source)
+        await asyncio.sleep(0.3)
+        records = await wait_for_records(target.runtime.store, "lumberjack", 8)
+    # the second start sent only what the first had not: nothing twice
+    assert [(r.record["round"], r.record["i"]) for r in records] == [(0, i) for i in range(5)] + [(1, i) for i in range(3)]

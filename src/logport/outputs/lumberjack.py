@@ -27,6 +27,8 @@ from logport.tls import client_context
 
 log = logging.getLogger("logport.lumberjack.output")
 
+READ_BYTES = 8 << 20
+
 
 def beats_events(body: bytes) -> list[dict[str, Any]]:
     """The Beats events of one stored batch."""
@@ -49,7 +51,8 @@ class LumberjackOutput:
         self.runtime = runtime
         self.config = config
         self.name = f"lumberjack.{config.name or config.segment}"
-        self.follower = SegmentFollower(runtime.store, config.segment, self.name)
+        # several windows per read, so that windows_in_flight can pipeline them
+        self.follower = SegmentFollower(runtime.store, config.segment, self.name, max_bytes=READ_BYTES)
         ctx = None
         if config.tls:
             ctx = client_context(config.tls_ca, config.tls_cert, config.tls_key, verify=config.tls_verify)
