@@ -368,6 +368,7 @@ class ServerConnection:
         self.username = ""
         self._buffer = ReceiveBuffer()
         self._unpacker = _unpacker(chunk_size_limit)
+        self._direct = b""  # received bytes not yet fed, when they did not need the buffer
         self._fed = 0  # bytes handed to the unpacker so far
         self._frame_start = 0  # stream offset where the frame being received starts
         self._last_piece = b""
@@ -380,12 +381,18 @@ class ServerConnection:
     def receive_data(self, data: bytes) -> None:
         if self.state is ServerState.CLOSED:
             raise ForwardProtocolError("data after the connection was closed", peer=self.peer)
+        if self._json is False and not self._buffer and not self._direct:
+            self._direct = bytes(data)  # the common case: straight to msgpack, no copy into the buffer
+            return
+        if self._direct:
+            self._buffer += self._direct
+            self._direct = b""
         self._buffer += data
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet turned into events."""
-        return len(self._buffer) + self._fed - self._frame_start
+        return len(self._direct) + len(self._buffer) + self._fed - self._frame_start
 
     def next_event(self) -> EventBatch | Heartbeat | Ping | Any:
         if self._json is None:
@@ -430,10 +437,13 @@ class ServerConnection:
                 declared = declared_frame_size(self._head) if self._head is not None else None
                 if declared is not None and declared > limit:  # refuse at once, without buffering it
                     raise LimitExceeded("frame", declared, "chunk_size_limit", limit) from None
-                if not self._buffer:
+                room = limit + 1 - frame  # feed no more than one frame can use: memory stays within the limit
+                if self._direct:
+                    piece, self._direct = self._direct[:room], self._direct[room:]
+                elif self._buffer:
+                    piece = self._buffer.extract(min(len(self._buffer), room))
+                else:
                     return NEED_DATA
-                # feed no more than one frame can use, so memory stays within the limit
-                piece = self._buffer.extract(min(len(self._buffer), limit + 1 - frame))
                 up.feed(piece)
                 self._fed += len(piece)
                 self._last_piece = piece

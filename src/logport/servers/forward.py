@@ -194,8 +194,8 @@ class ForwardConnection(asyncio.Protocol):
             return
         self.last_data = time.monotonic()
         conn = self.conn
-        conn.receive_data(data)
         try:
+            conn.receive_data(data)
             while True:
                 event = conn.next_event()
                 if event is fp.NEED_DATA:
