@@ -193,3 +193,16 @@ async def test_fluent_bit_server_recording_wrong_key_closes_without_pong() -> No
             assert not sender.available(cfg.servers[0])  # an authentication failure marks the server down
         client_bytes = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
         assert await received == client_bytes
+
+
+async def test_concurrent_sends_share_one_kept_connection(tmp_path: Path) -> None:
+    config = forward_config(tmp_path, shared_key="k")
+    async with running_hub(config) as hub:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", config.forward.port)], shared_key="k",
+                              hostname="cli")
+        async with fc.ForwardSender(cfg) as sender:
+            await asyncio.gather(*(sender.send(f"t.{n}", EVENTS[n:n + 1]) for n in range(20)))
+            assert len(sender.links) == 1
+            server = hub.services["forward"]
+            assert len(server.connections) == 1  # type: ignore[attr-defined]  # one connection, one handshake
+        assert sorted(e[3]["i"] for e in await stored_events(hub)) == list(range(20))

@@ -229,6 +229,7 @@ class ForwardSender:
         self.links: dict[int, ServerLink] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._udp: dict[int, asyncio.DatagramTransport] = {}
+        self._connecting: dict[int, asyncio.Lock] = {}
         self._closed = False
 
     async def start(self) -> ForwardSender:
@@ -272,6 +273,12 @@ class ForwardSender:
         return random.choice(left)
 
     async def _link(self, server: ServerAddress) -> ServerLink:
+        """The kept connection to `server`, or a new one (concurrent senders share one handshake)."""
+        lock = self._connecting.setdefault(id(server), asyncio.Lock())
+        async with lock:
+            return await self._link_locked(server)
+
+    async def _link_locked(self, server: ServerAddress) -> ServerLink:
         link = self.links.get(id(server))
         if link is not None and not link.closed and (
                 time.monotonic() - link.last_used < self.config.keepalive_timeout):
