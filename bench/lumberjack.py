@@ -76,6 +76,28 @@ def raw_decode_rate(windows: list[bytes], seconds: float = 2.0) -> float:
     return events / (time.perf_counter() - started)
 
 
+def listener_cpu_rate(windows: list[bytes], seconds: float = 2.0) -> float:
+    """Events/s of the listener's own per-window work without sockets or store: decode + build batches."""
+    from logport.protocols._receivebuffer import NEED_DATA
+    from logport.protocols.lumberjack import Connection, DataFrames, Role
+    from logport.servers.lumberjack import build_batches
+
+    events = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for window in windows:
+            conn = Connection(Role.SERVER, decode_json=False)
+            conn.receive_data(window)
+            frames: list = []
+            while (event := conn.next_event()) is not NEED_DATA:
+                if isinstance(event, DataFrames):
+                    frames.extend(event.frames)
+            build_batches(frames, tag="beats", tag_from_beat=False, peer="127.0.0.1:1", max_body=14 << 20,
+                          received_ns=time.time_ns())
+            events += len(frames)
+    return events / (time.perf_counter() - started)
+
+
 # --- the load generator (runs as `python bench/lumberjack.py generate ...`) ---
 
 
@@ -193,6 +215,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'connections':>11}  {'events':>9}  {'seconds':>7}  {'events/s':>10}  {'raw decode/s':>12}  {'ratio':>6}")
     for connections, events, seconds, rate, raw in rows:
         print(f"{connections:>11}  {events:>9}  {seconds:>7.2f}  {rate:>10,.0f}  {raw:>12,.0f}  {rate / raw:>6.0%}")
+    raw = raw_decode_rate(windows)
+    cpu = listener_cpu_rate(windows)
+    print()
+    print(f"listener CPU path alone (decode + build batches, no socket, no store): {cpu:,.0f} events/s "
+          f"= {cpu / raw:.0%} of raw decode ({raw:,.0f} events/s) measured next to it")
     print()
     print("command: logport bench lumberjack " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "lumberjack"]
                                                         else []))
