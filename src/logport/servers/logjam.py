@@ -27,6 +27,7 @@ from logport.servers.logjam_ingest import (
     MessageDecoder,
     log,
     log_invalid,
+    receive_frames,
     store_accepted,
 )
 
@@ -169,7 +170,6 @@ class LogjamDevice:
 
     async def _pump(self, asock: zmq.asyncio.Socket, kind: str) -> None:
         sock: zmq.Socket[bytes] = zmq.Socket.shadow(asock.underlying)
-        recv, more = sock.recv, sock.get
         max_batch = self.config.max_batch
         received = self.metrics.received.labels(kind)
         take = self._take_router if kind == "router" else self._take_pull
@@ -178,10 +178,7 @@ class LogjamDevice:
             batch: list[list[bytes]] = []
             try:
                 while len(batch) < max_batch:
-                    frames = [recv(zmq.NOBLOCK)]  # recv_multipart, less its per-call overhead
-                    while more(zmq.RCVMORE):
-                        frames.append(recv())
-                    batch.append(frames)
+                    batch.append(receive_frames(sock))
             except zmq.Again:
                 pass
             if not batch:

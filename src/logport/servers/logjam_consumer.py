@@ -23,6 +23,7 @@ from logport.servers.logjam_ingest import (
     MessageDecoder,
     log,
     log_invalid,
+    receive_frames,
     store_accepted,
 )
 
@@ -101,7 +102,7 @@ async def run_subscription(runtime: Runtime, ctx: zmq.asyncio.Context, endpoint:
                 n = 0
                 try:
                     while n < cfg.max_batch:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                        frames = receive_frames(sock)
                         n += 1
                         item = sub.take(frames)
                         if item is not None:
