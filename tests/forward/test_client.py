@@ -166,17 +166,23 @@ async def replay_server(doc: dict[str, Any]) -> tuple[asyncio.AbstractServer, in
     return server, server.sockets[0].getsockname()[1], received
 
 
+def recorded_client(doc: dict[str, Any], port: int) -> tuple[fc.SenderConfig, bytes]:
+    """A sender set up as the recorded client was (key, user, hostname, salt), and the bytes it sent."""
+    cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], shared_key=doc["shared_key_used"],
+                          username="alice", password=doc["users"]["alice"], hostname=doc["client_hostname"],
+                          salt=doc["client_salt"], retries=1, ack_timeout=5)
+    sent = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
+    return cfg, sent
+
+
 async def test_fluent_bit_server_recording_handshake_and_ack() -> None:
     doc = json.loads((VECTORS / "fluent-bit-in_forward-secure-ack.json").read_text())
     server, port, received = await replay_server(doc)
     async with server:
-        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], shared_key=doc["shared_key_used"],
-                              username="alice", password="s3cret", hostname=doc["client_hostname"],
-                              salt=doc["client_salt"], retries=1, ack_timeout=5)
+        cfg, client_bytes = recorded_client(doc, port)
         events = [(0x692125A0, 5, {"k": k}) for k in range(3)]
         async with fc.ForwardSender(cfg) as sender:
             await sender.send("cap.tag", events, {"chunk": "Y2FwdHVyZS1jaHVuay0wMQ=="})  # returns: acked
-        client_bytes = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
         assert await received == client_bytes  # our PING and chunk byte for byte what Fluent Bit accepted
 
 
@@ -184,14 +190,11 @@ async def test_fluent_bit_server_recording_wrong_key_closes_without_pong() -> No
     doc = json.loads((VECTORS / "fluent-bit-in_forward-wrong-key.json").read_text())
     server, port, received = await replay_server(doc)
     async with server:
-        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], shared_key=doc["shared_key_used"],
-                              username="alice", password="s3cret", hostname=doc["client_hostname"],
-                              salt=doc["client_salt"], retries=1)
+        cfg, client_bytes = recorded_client(doc, port)
         async with fc.ForwardSender(cfg) as sender:
             with pytest.raises(fc.SendFailed, match="closed the connection during the handshake"):
                 await sender.send("cap.tag", EVENTS[:1])
             assert not sender.available(cfg.servers[0])  # an authentication failure marks the server down
-        client_bytes = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
         assert await received == client_bytes
 
 
