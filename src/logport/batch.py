@@ -61,7 +61,9 @@ def split_ns(time_ns: int) -> tuple[int, int]:
     return divmod(time_ns, _NANOS)
 
 
-_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+# surrogateescape: a tag or string that arrived as invalid UTF-8 (kept with surrogateescape by
+# a decoder) is stored as the very bytes the peer sent.
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True, unicode_errors="surrogateescape")
 
 
 def pack_entry(seconds: int, nanos: int, record: Any) -> bytes:
@@ -71,7 +73,7 @@ def pack_entry(seconds: int, nanos: int, record: Any) -> bytes:
 
 def pack_entries(entries: Iterable[tuple[int, int, Any]]) -> bytes:
     """Concatenated `[EventTime, record]` entries from (seconds, nanos, record) triples."""
-    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False, unicode_errors="surrogateescape")
     for seconds, nanos, record in entries:
         packer.pack([event_time(seconds, nanos), record])
     return packer.bytes()
@@ -93,7 +95,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
 def decode_batch(body: bytes | memoryview) -> StoredBatch:
     """Read `[tag, entries, option]`; the entries stay packed until iterated."""
     try:
-        obj = msgpack.unpackb(body, raw=False, ext_hook=_ext_hook, strict_map_key=False)
+        obj = msgpack.unpackb(body, raw=False, unicode_errors="replace", ext_hook=_ext_hook, strict_map_key=False)
     except Exception as e:
         raise BatchDecodeError(f"stored event is not a msgpack batch: {e}") from None
     if not (isinstance(obj, list) and len(obj) in (2, 3) and isinstance(obj[0], str)):
@@ -116,15 +118,48 @@ def time_of(value: Any) -> tuple[int, int]:
     raise BatchDecodeError(f"entry time {value!r} is neither EventTime nor an integer")
 
 
-def iter_entries(entries: bytes) -> Iterator[Entry]:
-    unpacker = msgpack.Unpacker(raw=False, ext_hook=_ext_hook, strict_map_key=False, max_buffer_size=0)
+def _hashable_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A map whose keys include arrays or maps (legal msgpack): such keys become their repr."""
+    return {k if isinstance(k, str | int | float | bool | bytes | tuple | type(None)) else repr(k): v
+            for k, v in pairs}
+
+
+def _unpacker(entries: bytes, slow: bool) -> msgpack.Unpacker:
+    """Strings that are not UTF-8 decode with U+FFFD: readers show them, they never fail on them."""
+    extra: dict[str, Any] = {"object_pairs_hook": _hashable_keys} if slow else {}
+    unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace", ext_hook=_ext_hook, strict_map_key=False,
+                                max_buffer_size=0, **extra)
     unpacker.feed(entries)
-    for item in unpacker:
-        if not (isinstance(item, list) and len(item) == 2):
-            raise BatchDecodeError(f"entry is not [time, record]: {item!r:.80}")
-        t, record = item
-        meta = None
-        if isinstance(t, list) and len(t) == 2:  # Forward v1.5 [[time, meta], record]
-            t, meta = t
-        seconds, nanos = time_of(t)
-        yield Entry(seconds, nanos, record, meta if isinstance(meta, dict) else None)
+    return unpacker
+
+
+def iter_entries(entries: bytes) -> Iterator[Entry]:
+    """The entries of a batch; anything that is not `[time, record]` raises BatchDecodeError."""
+    done = 0
+    slow = False
+    while True:
+        unpacker = _unpacker(entries, slow)
+        try:
+            for index, item in enumerate(unpacker):
+                if index < done:
+                    continue  # already yielded before the switch to the slow path
+                yield _entry(item)
+                done += 1
+            return
+        except TypeError:
+            if slow:
+                raise BatchDecodeError("entry has a map key that cannot be decoded") from None
+            slow = True  # an unhashable map key: decode again, turning such keys into strings
+        except ValueError as e:  # msgpack's ExtraData / FormatError / StackError
+            raise BatchDecodeError(f"entries are not valid msgpack: {e}") from None
+
+
+def _entry(item: Any) -> Entry:
+    if not (isinstance(item, list) and len(item) == 2):
+        raise BatchDecodeError(f"entry is not [time, record]: {item!r:.80}")
+    t, record = item
+    meta = None
+    if isinstance(t, list) and len(t) == 2:  # Forward v1.5 [[time, meta], record]
+        t, meta = t
+    seconds, nanos = time_of(t)
+    return Entry(seconds, nanos, record, meta if isinstance(meta, dict) else None)

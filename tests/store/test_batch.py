@@ -67,10 +67,25 @@ def test_not_a_batch(body: bytes) -> None:
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_raise_only_batch_errors(data: bytes) -> None:
     try:
-        batch = decode_batch(data)
-        list(batch)
+        list(decode_batch(data))
     except BatchDecodeError:
         pass
-    except ValueError:
-        # msgpack's own errors for entries (ExtraData, FormatError, StackError) are ValueErrors
+    try:
+        list(iter_entries(data))
+    except BatchDecodeError:
         pass
+
+
+def test_records_that_are_not_utf8_or_have_array_keys_still_read() -> None:
+    bad_string = b"\x92" + msgpack.packb(event_time(1, 2)) + b"\x81\xa1k\xa2\xff\xfe"  # {"k": <invalid UTF-8>}
+    array_key = b"\x92" + msgpack.packb(event_time(3, 4)) + b"\x81\x91\x01\xa1v"  # {[1]: "v"}
+    good = pack_entry(5, 6, {"ok": True})
+    assert list(iter_entries(bad_string + array_key + good)) == [
+        Entry(1, 2, {"k": "\ufffd\ufffd"}), Entry(3, 4, {"[1]": "v"}), Entry(5, 6, {"ok": True})]
+
+
+def test_a_tag_that_was_not_utf8_is_stored_as_the_peer_sent_it() -> None:
+    tag = b"app.\xff".decode("utf-8", "surrogateescape")
+    body = encode_batch(tag, [(1, 0, {})], {})
+    assert msgpack.unpackb(body, raw=True)[0] == b"app.\xff"
+    assert decode_batch(body).tag == "app.\ufffd"
