@@ -43,7 +43,7 @@ SPARK_SCHEMA = (
     "record string, source string, meta string, option string, raw binary"
 )
 
-ROWS_PER_BATCH = 32768
+ROWS_PER_BATCH = 8192  # smaller batches measured faster end to end (JVM side) than 32k
 _NANOS = 1_000_000_000
 _ARRAY32 = b"\xdd"
 

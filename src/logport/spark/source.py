@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from logport.errors import OffsetTruncated
-from logport.spark.columns import SPARK_SCHEMA, frames_to_batches
+from logport.spark.columns import ROWS_PER_BATCH, SPARK_SCHEMA, frames_to_batches
 from logport.spark.segments import SegmentAccess, SourceOptionError, open_segments, select_segments
 from logport.store import frames
 from logport.store.reader import count_events
@@ -164,7 +164,8 @@ def read_range(options: dict[str, str], partition: SegmentRange) -> Iterator[pa.
     access = open_segments(options)
     try:
         frames_in_range = access.iter_frames(partition.segment, partition.start, partition.end)
-        yield from frames_to_batches(partition.segment, frames_in_range)
+        rows = _int_option(options, "rowsperbatch", ROWS_PER_BATCH) or ROWS_PER_BATCH
+        yield from frames_to_batches(partition.segment, frames_in_range, rows)
     finally:
         access.close()
 
