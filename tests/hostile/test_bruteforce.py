@@ -65,8 +65,6 @@ def test_right_key_accepted_wrong_keys_refused_and_logged(hub: HubProcess) -> No
     assert len(refusals) >= 5, f"wrong keys not logged with the peer: {refusals}"
 
 
-@pytest.mark.xfail(strict=True, reason="servers/forward.py does not rate-limit failed handshakes yet: "
-                   "wire logport.servers._guard.FailureLimiter in (integration lines in the chaos/hostile report)")
 def test_wrong_key_guessing_is_rate_limited_and_logged(hub: HubProcess) -> None:
     began = time.monotonic()
     results = guess(hub, GUESSES)

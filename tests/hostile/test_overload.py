@@ -183,8 +183,6 @@ async def test_overload_bounded_memory_slower_acks_nothing_lost(hub: HubProcess)
           f"{len(acked)} acked chunks all stored once")
 
 
-@pytest.mark.xfail(strict=True, reason="store/segment.py never sets the logport_store_pending_bytes gauge "
-                   "(metrics.pending_bytes is defined in metrics.py but not updated where pending_bytes changes)")
 def test_overload_queue_shows_in_metrics() -> None:
     if "pending_max" not in FIGURES:
         pytest.skip("runs after test_overload_bounded_memory_slower_acks_nothing_lost")
