@@ -271,3 +271,14 @@ async def test_republishes_events_stored_by_other_protocols(tmp_path: Path, zctx
         assert sample(hub, "logport_logjam_messages_published_total", kind="republished") == 3
         producer.close()
         sub.close()
+
+
+async def test_republish_routes_are_checked_at_start(tmp_path: Path) -> None:
+    from logport.config import LogjamRepublishRoute
+    from logport.errors import ConfigError
+
+    cfg = hub_config(tmp_path, ["logjam"], logjam={"republish": ["forward"]})
+    cfg.logjam.republish_routes = [LogjamRepublishRoute(match="**", app_env="noenv", topic="logs")]
+    with pytest.raises(ConfigError, match="republish_routes\\[0\\].app_env"):
+        async with running_hub(cfg):
+            pass

@@ -152,10 +152,11 @@ class LogjamDevice:
         self._spawn(self._heartbeats())
         # consumer and republisher live in their own modules; imported here to keep start() the one entry
         from logport.servers.logjam_consumer import run_subscription
-        from logport.servers.logjam_republish import run_republisher
+        from logport.servers.logjam_republish import StreamNames, run_republisher
 
+        names = StreamNames(cfg)  # refuses app-envs and topics a consumer would reject, before anything runs
         for segment in cfg.republish:
-            self._spawn(run_republisher(self.runtime, segment, self.publisher))
+            self._spawn(run_republisher(self.runtime, segment, self.publisher, names))
         for endpoint_url in cfg.subscribe:
             self._spawn(run_subscription(self.runtime, self.ctx, endpoint_url, self.metrics, self.decoder))
         log.info("logjam device listening", extra={
