@@ -282,3 +282,33 @@ async def test_republish_routes_are_checked_at_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="republish_routes\\[0\\].app_env"):
         async with running_hub(cfg):
             pass
+
+
+async def test_a_failed_append_is_neither_acknowledged_nor_published(tmp_path: Path, zctx: zmq.asyncio.Context) -> None:
+    from logport.errors import StoreWriteFailed
+
+    cfg = hub_config(tmp_path, ["logjam"], logjam={"heartbeat_interval": 60.0})
+    async with running_hub(cfg) as hub:
+        assert hub.runtime is not None
+        store = hub.runtime.store
+        producer = AgentProducer(zctx, cfg.logjam.router_port)
+        sub = RawSubscriber(zctx, cfg.logjam.pub_port)
+        await until_connected(sub, producer)
+        real_append = store.append
+
+        async def failing_append(*args: Any, **kwargs: Any) -> Any:
+            raise StoreWriteFailed("disk full (test)")
+
+        store.append = failing_append  # type: ignore[method-assign]
+        with pytest.raises(TimeoutError):
+            await producer.send_sync(agent_frames(1), timeout=0.5)
+        with pytest.raises(TimeoutError):
+            await sub.recv_data(0.3)
+        assert sample(hub, "logport_logjam_store_errors_total") == 1
+        store.append = real_append  # type: ignore[method-assign]
+        producer.close()
+        producer = AgentProducer(zctx, cfg.logjam.router_port)
+        assert (await producer.send_sync(agent_frames(2)))[-1] == lj.ACCEPTED
+        assert orjson.loads((await sub.recv_data())[2])["i"] == 2
+        producer.close()
+        sub.close()

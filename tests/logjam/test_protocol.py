@@ -315,3 +315,25 @@ def test_stored_entry_is_batch_pack_entry(seconds: int, nanos: int, record: dict
     from logport.servers.logjam_ingest import event_entry
 
     assert event_entry(seconds, nanos, record) == pack_entry(seconds, nanos, record)
+
+
+@given(st.lists(st.binary(max_size=40), min_size=4, max_size=4))
+def test_read_sub_message_arbitrary_frames(frames: list[bytes]) -> None:
+    try:
+        lj.read_sub_message(frames)
+    except lj.InvalidMessage:
+        pass
+
+
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=3))
+def test_message_decoder_arbitrary_bodies(body: bytes, method: int) -> None:
+    from logport.config import LogjamConfig
+    from logport.servers.logjam_ingest import MessageDecoder
+
+    decoder = MessageDecoder(LogjamConfig(max_decompressed_size=2048))
+    message = lj.DataMessage(b"myapp-production", b"logs", body, lj.Meta(method, 0, 1, 1))
+    try:
+        accepted = decoder.accept(message, "peer", "router")
+    except RemoteProtocolError:
+        return
+    assert accepted.json and len(accepted.json) <= 2048
