@@ -450,3 +450,9 @@ def test_server_transition_table_refuses_a_second_ping() -> None:
     server.receive_data(P.pack(["PING", "cli", "s", "d", "", ""]))  # in READY a PING is no message
     with pytest.raises(RemoteProtocolError):
         server.next_event()
+
+
+def test_client_reply_size_limit() -> None:
+    cl = fp.ClientConnection(reply_size_limit=1024)
+    with pytest.raises(LimitExceeded, match="reply_size_limit"):
+        cl.receive_data(P.pack({"ack": "x" * 4000}))

@@ -65,6 +65,7 @@ class SenderConfig:
     connect_timeout: float = 10.0
     retries: int = 5  # attempts per chunk, each on the next healthy server
     retry_wait: float = 0.5  # doubles per attempt, at most 30 s
+    recover_wait: float = 10.0  # a server that failed is not chosen again for this long (unless all failed)
     shared_key: str = ""
     username: str = ""
     password: str = ""
@@ -138,8 +139,8 @@ class ServerLink(asyncio.Protocol):
             self.ready.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        self.conn.receive_data(data)
         try:
+            self.conn.receive_data(data)
             while (event := self.conn.next_event()) is not fp.NEED_DATA:
                 if isinstance(event, fp.Helo):
                     assert self.transport is not None
@@ -350,11 +351,11 @@ class ForwardSender:
             except AuthenticationError as e:
                 last = e
                 log.error("handshake failed: %s", e, extra={"peer": str(server)})
-                self.down_until[id(server)] = time.monotonic() + 30
+                self.down_until[id(server)] = time.monotonic() + max(cfg.recover_wait, 30)
             except (OSError, TimeoutError, ProtocolError) as e:
                 last = e
                 log.warning("send failed, retrying: %s", e, extra={"peer": str(server), "attempt": attempt + 1})
-                self.down_until[id(server)] = time.monotonic() + min(cfg.retry_wait * 2 ** attempt, 30)
+                self.down_until[id(server)] = time.monotonic() + cfg.recover_wait
                 stale = self.links.pop(id(server), None)
                 if stale is not None:
                     stale.close()

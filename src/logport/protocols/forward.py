@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import hmac
+import io
 import json
 import os
 import zlib
@@ -32,7 +34,7 @@ __all__ = [
     "encode_packed_forward", "pack_time", "scan_entries",
 ]
 
-DEFAULT_CHUNK_SIZE_LIMIT = 64 * 1024 * 1024
+DEFAULT_CHUNK_SIZE_LIMIT = 16 * 1024 * 1024  # as [forward] chunk_size_limit
 DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
 _UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
 
@@ -106,7 +108,8 @@ class Ack:
 # --- helpers shared by both sides ---
 
 
-def _b(value: str | bytes) -> bytes:
+def as_bytes(value: str | bytes) -> bytes:
+    """A str (maybe holding binary via surrogateescape) or bytes, as the bytes that were on the wire."""
     return value.encode("utf-8", _UNICODE) if isinstance(value, str) else value
 
 
@@ -114,7 +117,7 @@ def digest(*parts: str | bytes) -> str:
     """Lowercase hex SHA-512 of the parts concatenated (the handshake's digests)."""
     h = hashlib.sha512()
     for part in parts:
-        h.update(_b(part))
+        h.update(as_bytes(part))
     return h.hexdigest()
 
 
@@ -240,9 +243,7 @@ def _decompress_gzip(data: bytes, limit: int) -> bytes:
 
 
 def _decompress_zstd(data: bytes, limit: int) -> bytes:
-    import io
-
-    import zstandard
+    import zstandard  # only when a peer sends zstd
 
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
@@ -512,7 +513,7 @@ class ServerConnection:
             raise ForwardProtocolError(f"tag is not a string: {_brief(tag)}")
         second = obj[1]
         if isinstance(second, str | bytes):
-            return self._packed(tag, _b(second), self._option(obj, 2))
+            return self._packed(tag, as_bytes(second), self._option(obj, 2))
         if isinstance(second, list):
             option = self._option(obj, 2)
             return self._forward(tag, second, option, Mode.FORWARD)
@@ -616,8 +617,6 @@ def _s(value: str | bytes) -> str:
 
 
 def _eq(a: str, b: str) -> bool:
-    import hmac
-
     return hmac.compare_digest(a.lower().encode("utf-8", _UNICODE), b.encode())
 
 
@@ -660,10 +659,15 @@ class ClientConnection:
         self.state = ClientState.WAIT_HELO if shared_key else ClientState.READY
         self.helo: Helo | None = None
         self.server_hostname = ""
+        self._reply_size_limit = reply_size_limit
         self._unpacker = _unpacker(reply_size_limit)
 
     def receive_data(self, data: bytes) -> None:
-        self._unpacker.feed(data)
+        try:
+            self._unpacker.feed(data)
+        except msgpack.BufferFull:
+            raise LimitExceeded("server reply", len(data), "reply_size_limit", self._reply_size_limit,
+                                peer=self.peer) from None
 
     def next_event(self) -> Helo | Pong | Ack | Heartbeat | Any:
         try:
@@ -702,7 +706,7 @@ class ClientConnection:
         nonce, auth = obj[1].get("nonce", b""), obj[1].get("auth", b"")
         if not isinstance(nonce, str | bytes) or not isinstance(auth, str | bytes):
             raise ForwardProtocolError("HELO nonce/auth are not strings", peer=self.peer)
-        return Helo(_b(nonce), _b(auth), bool(obj[1].get("keepalive", True)))
+        return Helo(as_bytes(nonce), as_bytes(auth), bool(obj[1].get("keepalive", True)))
 
     def ping(self) -> bytes:
         """The PING answering the HELO received."""

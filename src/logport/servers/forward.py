@@ -294,7 +294,7 @@ class ForwardConnection(asyncio.Protocol):
                 bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
             writer = None
             if chunk is not None and self.config.exactly_once:
-                writer = WriterCondition(key=b"fwd:" + fp._b(chunk), end=1)
+                writer = WriterCondition(key=b"fwd:" + fp.as_bytes(chunk), end=1)
             count, mode, nbytes = batch.size, batch.mode, len(entries)
             del batch, entries, pieces  # while the store works, hold one copy of the data, not three
             if count:
