@@ -39,16 +39,18 @@ class RemoteProtocolError(ProtocolError):
 class LimitExceeded(RemoteProtocolError):
     """The peer went over a configured limit (size, count, decompressed size)."""
 
-    def __init__(self, what: str, value: int, limit_name: str, limit: int, *, peer: str | None = None) -> None:
-        super().__init__(f"{what} of {value} bytes exceeds {limit_name} {limit}", peer=peer)
+    def __init__(self, what: str, value: int, limit_name: str, limit: int, *, peer: str | None = None,
+                 unit: str = "bytes") -> None:
+        super().__init__(f"{what} of {value} {unit} exceeds {limit_name} {limit}", peer=peer)
         self.what = what
         self.value = value
         self.limit_name = limit_name
         self.limit = limit
+        self.unit = unit
 
     def __str__(self) -> str:
         if self.peer:
-            return f"{self.what} of {self.value} bytes from {self.peer} exceeds {self.limit_name} {self.limit}"
+            return f"{self.what} of {self.value} {self.unit} from {self.peer} exceeds {self.limit_name} {self.limit}"
         return self.message
 
 

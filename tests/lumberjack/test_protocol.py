@@ -16,7 +16,6 @@ from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
     Ack,
     Connection,
-    CountLimitExceeded,
     DataFrames,
     Limits,
     Role,
@@ -100,7 +99,7 @@ ERROR_TABLE = [
     ("huge pair count", b"1D" + u32(1) + u32(1000), LimitExceeded, "D frame of 8000 bytes"),
     ("huge key", b"1D" + u32(1) + u32(1) + u32(5000), LimitExceeded, "D frame of 5014 bytes"),
     ("huge value", b"1D" + u32(1) + u32(1) + u32(1) + b"k" + u32(5000), LimitExceeded, "D frame of 5019 bytes"),
-    ("big window", b"2W" + u32(11), CountLimitExceeded, "window of 11 events from 10.0.0.1:4000 exceeds max_window_size 10"),
+    ("big window", b"2W" + u32(11), LimitExceeded, "window of 11 events from 10.0.0.1:4000 exceeds max_window_size 10"),
     ("bomb", b"2C" + u32(len(zlib.compress(b"\0" * 100_000))) + zlib.compress(b"\0" * 100_000), LimitExceeded,
      "decompressed C frame of 4097 bytes from 10.0.0.1:4000 exceeds max_decompressed_size 4096"),
     ("nested bomb", compressed_frame(V2, compressed_frame(V2, b"2J" + b"\0" * 5000, 9)), LimitExceeded,

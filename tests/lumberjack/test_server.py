@@ -330,15 +330,6 @@ async def test_back_pressure_pauses_reading_while_the_store_is_behind(
         assert len(await wait_for_records(store, "lumberjack", 20)) == 20
 
 
-def test_entries_pack_as_the_batch_codec_packs_them() -> None:
-    from logport.batch import pack_entry as batch_pack_entry
-    from logport.servers.lumberjack import pack_entry
-
-    record = {"message": "x", "n": [1, 2], "nested": {"a": None}}
-    for seconds, nanos in [(0, 0), (1795317939, 28135265), (2**32 - 1, 999_999_999)]:
-        assert pack_entry(seconds, nanos, record) == batch_pack_entry(seconds, nanos, record)
-
-
 async def test_two_windows_inside_one_c_frame(tmp_path: Path) -> None:
     async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
         reader, writer = await connect(hub.config.lumberjack.port)

@@ -14,6 +14,7 @@ from logport.batch import (
     encode_batch,
     event_time,
     iter_entries,
+    pack_entries,
     pack_entry,
 )
 
@@ -89,3 +90,11 @@ def test_a_tag_that_was_not_utf8_is_stored_as_the_peer_sent_it() -> None:
     body = encode_batch(tag, [(1, 0, {})], {})
     assert msgpack.unpackb(body, raw=True)[0] == b"app.\xff"
     assert decode_batch(body).tag == "app.\ufffd"
+
+
+@pytest.mark.parametrize(("seconds", "nanos"), [(0, 0), (1795317939, 28135265), (2**32 - 1, 999_999_999)])
+def test_the_fast_entry_packing_is_msgpacks_own(seconds: int, nanos: int) -> None:
+    record = {"message": "x", "n": [1, 2], "nested": {"a": None}, "t": event_time(1, 2)}
+    expected = msgpack.packb([event_time(seconds, nanos), record], use_bin_type=True)
+    assert pack_entry(seconds, nanos, record) == expected
+    assert pack_entries([(seconds, nanos, record)] * 2) == expected * 2

@@ -88,19 +88,6 @@ class TLSOnPlaintextPort(RemoteProtocolError):
     """The peer opened with a TLS handshake on a port that does not speak TLS."""
 
 
-class CountLimitExceeded(LimitExceeded):
-    """A limit counted in events rather than bytes (the window size)."""
-
-    def __init__(self, what: str, value: int, limit_name: str, limit: int, *, peer: str | None = None) -> None:
-        super().__init__(what, value, limit_name, limit, peer=peer)
-        self.message = f"{what} of {value} events exceeds {limit_name} {limit}"
-
-    def __str__(self) -> str:
-        if self.peer:
-            return f"{self.what} of {self.value} events from {self.peer} exceeds {self.limit_name} {self.limit}"
-        return self.message
-
-
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_payload_size: int = 64 * 1024 * 1024  # one J/D/C frame's payload
@@ -222,7 +209,7 @@ class Connection:
                 return None
             size = _U32.unpack_from(data, pos + 2)[0]
             if size > self.limits.max_window_size:
-                raise CountLimitExceeded("window", size, "max_window_size", self.limits.max_window_size)
+                raise LimitExceeded("window", size, "max_window_size", self.limits.max_window_size, unit="events")
             self._end_run()
             self._events.append(WindowSize(version, size))
             return pos + 6

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import msgpack
 import orjson
 from prometheus_client import Counter, Gauge
 
-from logport.batch import encode_batch
+from logport.batch import ENTRY_HEAD, encode_batch
 from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LogportError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA
@@ -49,14 +48,7 @@ RESUME_AT_WINDOWS = 1
 BATCH_FILL = 7 / 8
 
 
-# `[EventTime, record]` as logport.batch.pack_entry packs it (fixarray 2, fixext8 type 0, uint32 s, uint32 ns),
-# without building an ExtType per event: this is the listener's hot path
-_ENTRY_HEAD = struct.Struct(">BBBII")
 _record_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
-
-
-def pack_entry(seconds: int, nanos: int, record: dict[str, Any]) -> bytes:
-    return _ENTRY_HEAD.pack(0x92, 0xD7, 0, seconds & 0xFFFFFFFF, nanos) + _record_packer.pack(record)
 
 
 @dataclass(slots=True)
@@ -97,10 +89,10 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
     """
     out: list[tuple[str, bytes, int]] = []
     default_s, default_ns = divmod(received_ns, 1_000_000_000)
-    head = _ENTRY_HEAD.pack
+    head = ENTRY_HEAD.pack
     pack = _record_packer.pack
     loads = orjson.loads
-    head_size = _ENTRY_HEAD.size
+    head_size = ENTRY_HEAD.size
     parts: list[bytes] = []  # entry head, packed record, entry head, ...
     run_bytes = 0
     run_meta: Any = None
