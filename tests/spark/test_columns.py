@@ -30,7 +30,7 @@ def assert_same_as_cat(body: bytes) -> None:
     rows = rows_of(body)
     cat = [orjson.loads(dumps_event(obj)) for obj in event_objects("s", 0, body)]
     assert len(rows) == len(cat)
-    for row, obj in zip(rows, cat):
+    for row, obj in zip(rows, cat, strict=True):
         assert (row["segment"], row["offset"], row["index"]) == (obj["segment"], obj["offset"], obj["index"])
         if "raw" in obj:
             assert base64.b64encode(row["raw"]).decode() == obj["raw"]

@@ -14,6 +14,8 @@ import pytest
 from logport.spark import pipeline
 from tests.spark.sample import TIME_METRICS, build_sample, write_bodies
 
+pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
+
 MINUTE_NS = 60 * 1_000_000_000
 SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
 
@@ -109,7 +111,7 @@ def test_traffic_and_exceptions_match_plain_python(spark, sample_run) -> None:  
     for r in traffic:
         per_segment[r.segment] += r.events
         assert r.events == r.forward_events + r.lumberjack_events + r.logjam_events + r.opaque_events
-    assert per_segment == {"forward": 6 * 25 + 3 + 1, "lumberjack": 5 * 30, "logjam": 2000}
+    assert per_segment == {"forward": 6 * 25 + 4 + 1, "lumberjack": 5 * 30, "logjam": 2000}
     assert sum(r.logjam_events for r in traffic) == 2000
     exceptions = Counter()
     for app_env, time_ns, record in sample.logjam:
@@ -151,7 +153,7 @@ def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) ->
     # Every window the watermark has passed is written once, with the batch numbers.
     last = max(t for _, t, _ in sample.logjam) // 1_000_000_000 - 60
     closed = {k: v for k, v in expected.items() if k[2] + 60 <= last}
-    got = {k: r for k, r in zip(keys, rows)}
+    got = {k: r for k, r in zip(keys, rows, strict=True)}
     assert set(closed) <= set(got) <= set(expected)
     for key, want in closed.items():
         assert got[key]["count"] == want["count"]

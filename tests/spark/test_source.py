@@ -14,6 +14,8 @@ from logport.spark.columns import dumps_json
 from logport.store.reader import DirectoryReader
 from tests.spark.sample import build_sample, write_bodies
 
+pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
+
 TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.spark.sample import build_sample, write_bodies
+
+pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
 
 def stream(spark, data_dir: str, **options: str):  # type: ignore[no-untyped-def]
@@ -64,7 +68,7 @@ def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Pa
     assert len(first) >= 3 and len(second) >= 3
     assert all(p["numInputRows"] <= 20 for p in first + second)
     # Offsets in the checkpoint are sorted JSON maps segment -> byte offset.
-    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == '{"logjam":%d}' % starts[6]
+    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"logjam":{starts[6]}}}'
     rows = spark.read.parquet(out).collect()
     keys = keys_of(rows)
     assert len(keys) == len(set(keys)) == 120

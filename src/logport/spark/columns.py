@@ -167,12 +167,12 @@ def _split_items(items: Sequence[Any], entries: bytes) -> tuple[list[int], Seque
     """(time_ns per entry, records, Forward v1.5 metas or None) of unpacked `[time, record]` items."""
     n = len(items)
     try:
-        times, records = zip(*items) if n else ((), ())
+        times, records = zip(*items, strict=True) if n else ((), ())
         # The common case: every time an EventTime (ext 0, 8 bytes: uint32 BE seconds, uint32 BE nanos).
         stops = [t.stop for t in times]
         if [t.start for t in times].count(0) == n and set(map(len, stops)) <= {8}:
             pairs = struct.unpack(f">{2 * n}I", b"".join(stops))
-            return [s * _NANOS + ns for s, ns in zip(pairs[0::2], pairs[1::2])], records, None
+            return [s * _NANOS + ns for s, ns in zip(pairs[0::2], pairs[1::2], strict=True)], records, None
     except (ValueError, TypeError, AttributeError):
         pass
     # Integer times, v1.5 [[time, meta], record] entries or something invalid: the codec's own path.

@@ -126,7 +126,14 @@ def _finish(df: DataFrame) -> DataFrame:
 def requests(events: DataFrame) -> DataFrame:
     """Logjam requests: events tagged logs.* or any record with `action` and `total_time`, one row each."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        ArrayType,
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     fields = [StructField("action", StringType()), StructField("code", LongType()),
               StructField("severity", LongType()), StructField("exceptions", ArrayType(StringType())),
@@ -280,6 +287,7 @@ def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress
         # Read the events once (the four statistics use them) and count them for the progress line.
         events = events.persist()
         counts = events.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("segment", "offset").alias("batches")).first()
+        assert counts is not None
         progress.say(f"read {counts['rows']} rows from {counts['batches']} stored batches")
         written = {"events": int(counts["rows"])}
         for name, df in statistics(events, output_names(args.outputs)).items():
@@ -317,8 +325,8 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
         deadline = time.monotonic() + args.duration if args.duration > 0 else None
         for q in queries:
             while q.isActive:
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if q.awaitTermination(min(remaining, 5.0) if remaining is not None else 5.0):
+                remaining = 5.0 if deadline is None else min(5.0, max(0.0, deadline - time.monotonic()))
+                if q.awaitTermination(max(1, int(remaining))):
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     break

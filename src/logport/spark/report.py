@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [lo + i * step for i in range(count)]
 
 
-def line_chart(title: str, xs: Sequence[dt.datetime], series: dict[str, Sequence[float | None]], unit: str) -> str:
+def line_chart(title: str, xs: Sequence[dt.datetime], series: Mapping[str, Sequence[float | None]], unit: str) -> str:
     """An SVG line chart of several series over minutes."""
     points = [v for values in series.values() for v in values if v is not None]
     if not xs or not points:
@@ -64,12 +64,12 @@ def line_chart(title: str, xs: Sequence[dt.datetime], series: dict[str, Sequence
                      f'stroke="#eee"/><text x="{MARGIN_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
                      f'{_fmt(v, 1 if top < 10 else 0)}</text>')
     for t in _ticks(t0, t0 + span, 4):
-        when = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+        when = dt.datetime.fromtimestamp(t, dt.UTC)
         xpos = MARGIN_LEFT + (t - t0) / span * plot_w
         parts.append(f'<text x="{xpos:.1f}" y="{HEIGHT - 12}" text-anchor="middle">{when:%H:%M}</text>')
     for i, (name, values) in enumerate(series.items()):
         color = COLORS[i % len(COLORS)]
-        coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(xs, values) if v is not None)
+        coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(xs, values, strict=True) if v is not None)
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{coords}">'
                      f'<title>{html.escape(name)}</title></polyline>')
         if len(xs) == 1:
@@ -92,7 +92,7 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], unit: 
     bar_w = WIDTH - label_w - 80
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
              f'aria-label="{html.escape(title)}">']
-    for i, (label, value) in enumerate(zip(labels, values)):
+    for i, (label, value) in enumerate(zip(labels, values, strict=True)):
         y = 8 + i * row_h
         w = value / top * bar_w
         parts.append(f'<text x="{label_w - 8}" y="{y + 13}" text-anchor="end">{html.escape(label[:48])}</text>'
@@ -123,7 +123,7 @@ def render(data: dict[str, list[dict[str, Any]]], title: str, written: dict[str,
     actions = data.get("actions", [])
     sections = [
         f"<h1>{html.escape(title)}</h1>",
-        "<p>Generated " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        "<p>Generated " + dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         + (". Rows read: " + html.escape(", ".join(f"{k} {v:,}" for k, v in written.items())) if written else "")
         + ". Percentiles per minute are approximate (rank error at most 0.01% of the minute's count); "
           "where several apps share a minute the chart shows the highest.</p>",
