@@ -21,6 +21,7 @@ from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols import logjam as lj
 from logport.runtime import Runtime
+from logport.servers.logjam_consumer import run_subscription
 from logport.servers.logjam_ingest import (
     Accepted,
     LogjamMetrics,
@@ -30,6 +31,7 @@ from logport.servers.logjam_ingest import (
     receive_frames,
     store_accepted,
 )
+from logport.servers.logjam_republish import StreamNames, run_republisher
 
 _IN_FLIGHT = 16  # store appends of consecutive batches that may overlap
 
@@ -150,10 +152,6 @@ class LogjamDevice:
         self._spawn(self._pump(pull, "pull"))
         self._spawn(self._complete())
         self._spawn(self._heartbeats())
-        # consumer and republisher live in their own modules; imported here to keep start() the one entry
-        from logport.servers.logjam_consumer import run_subscription
-        from logport.servers.logjam_republish import StreamNames, run_republisher
-
         names = StreamNames(cfg)  # refuses app-envs and topics a consumer would reject, before anything runs
         for segment in cfg.republish:
             self._spawn(run_republisher(self.runtime, segment, self.publisher, names))
@@ -267,6 +265,11 @@ class LogjamDevice:
         for task in self.tasks:
             with contextlib.suppress(BaseException):
                 await task
+        while not self._pending.empty():  # appends already under way finish (stored, just not published)
+            pending = self._pending.get_nowait()
+            if pending.append is not None:
+                with contextlib.suppress(Exception):
+                    await pending.append
         for sock in self._sockets:
             sock.close(linger=0)
         self.ctx.destroy(linger=0)
