@@ -8,7 +8,7 @@ from typing import Any
 
 from logport.config import Config
 from logport.hub import Hub
-from tests.support import hub_config, running_hub, stored_batches
+from tests.support import hub_config, running_hub, self_signed_cert, stored_batches
 
 __all__ = ["forward_config", "make_certificate", "running_hub", "stored_events", "wait_for_events"]
 
@@ -34,11 +34,6 @@ async def wait_for_events(hub: Hub, count: int, segment: str = "forward", timeou
 
 
 def make_certificate(directory: Path, name: str = "localhost") -> tuple[str, str]:
-    """A self-signed certificate (its own CA) for `name` and 127.0.0.1: (cert path, key path)."""
-    import subprocess
-
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
-                    "-addext", f"subjectAltName=DNS:{name},IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    """tests.support's self-signed certificate, as the str paths the Forward config takes."""
+    cert, key = self_signed_cert(directory, name)
     return str(cert), str(key)
