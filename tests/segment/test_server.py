@@ -362,7 +362,7 @@ async def test_appender_back_pressure(hub: Hub) -> None:
     app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", max_unacked_bytes=10_000, linger=0)
     await app.start()
     peak = 0
-    for i in range(200):
+    for _ in range(200):
         await app.append(b"x" * 1000)
         peak = max(peak, app._unacked_bytes)
     await app.close()
@@ -447,4 +447,102 @@ async def test_idle_connections_are_closed(tmp_path: Path) -> None:
         peer = await Peer.open(port_of(h))
         assert await peer.closed()
     finally:
+        await h.stop()
+
+
+# --- TLS, the segment limit, back-pressure ---
+
+
+def self_signed(tmp_path: Path) -> tuple[str, str]:
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+async def test_tls(tmp_path: Path) -> None:
+    from logport.config import TLSConfig
+    from logport.tls import client_context
+
+    cert, key = self_signed(tmp_path)
+    h = Hub(hub_config(tmp_path, tls=TLSConfig(cert=cert, key=key)), serve_metrics=False)
+    await h.start()
+    try:
+        ctx = client_context(ca=cert)
+        async with client.SegmentAppender("127.0.0.1", port_of(h), "secure", ssl=ctx) as app:
+            await app.append_many([b"over", b"tls"])
+        c = await asyncio.to_thread(client.BlockingSegmentClient, "127.0.0.1", port_of(h), ssl=ctx)
+        start, end, _ = await asyncio.to_thread(c.info, "secure")
+        frames_read = await asyncio.to_thread(lambda: [bytes(b) for _, t, b in c.iter_frames("secure", start, end)
+                                                       if t == 0])
+        c.close()
+        assert frames_read == [b"over", b"tls"]
+        # a plaintext client gets nowhere (the handshake fails), and the server carries on
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.ListSegments())
+        assert await peer.closed()
+    finally:
+        await h.stop()
+
+
+async def test_segment_limit_is_an_operation_failed_reply(tmp_path: Path) -> None:
+    config = hub_config(tmp_path)
+    config.store.max_segments = 1
+    h = Hub(config, serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.CreateSegment("first"), sp.CreateSegment("second"), sp.SetupAppend(CID, "third"))
+        assert await peer.reply() == sp.SegmentCreated("first", True)
+        for name in ("second", "third"):
+            reply = await peer.reply()
+            assert isinstance(reply, sp.OperationFailed) and reply.segment == name
+            assert "max_segments 1" in reply.message
+        await peer.send(sp.ListSegments())  # the connection is still fine
+        assert await peer.reply() == sp.SegmentList(("first",))
+    finally:
+        await h.stop()
+
+
+async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) -> None:
+    limit = 64 * 1024
+    h = Hub(hub_config(tmp_path, max_pending_bytes=limit), serve_metrics=False)
+    await h.start()
+    store = h.runtime.store  # type: ignore[union-attr]
+    gate = asyncio.Event()
+    real_append = store.append_framed
+
+    async def slow_append(*args, **kwargs):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await real_append(*args, **kwargs)
+
+    store.append_framed = slow_append  # type: ignore[method-assign]
+    try:
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.SetupAppend(CID, "logs"))
+        assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+        bodies = [i.to_bytes(4, "big") * 2500 for i in range(400)]  # 400 blocks of 10 kB: 4 MB
+        offset = 0
+        for body in bodies:
+            block = sp.event_messages([body])
+            peer.writer.write(sp.encode_block(CID, offset, block))  # no drain: the kernel buffers what it can
+            offset += len(block)
+        server = h.services["segment"]
+        await asyncio.sleep(0.5)
+        (conn,) = server.connections  # type: ignore[attr-defined]
+        # paused: what it holds is the limit plus at most one read's worth, far from all of it
+        assert conn.reading_paused
+        assert limit < conn.pending_bytes <= limit + 512 * 1024 < offset
+        gate.set()
+        await peer.writer.drain()
+        while (reply := await peer.reply()) != sp.DataAppended(CID, offset):
+            assert isinstance(reply, sp.DataAppended)
+        assert not conn.reading_paused and conn.pending_bytes == 0
+        assert events_of(h, "logs") == bodies
+    finally:
+        gate.set()
+        store.append_framed = real_append  # type: ignore[method-assign]
         await h.stop()
