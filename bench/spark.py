@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         base = best["logport source"]
         print(f"\n{n:,} events; stored {stored / 1e6:.1f} MB, JSON lines {jsonl.stat().st_size / 1e6:.1f} MB; "
               f"master {args.master}; best of {args.rounds}\n")
-        print("| reader | seconds | rows/s | logport / this |\n|---|---:|---:|---:|")
+        print("| reader | seconds | rows/s | logport rows/s / this rows/s |\n|---|---:|---:|---:|")
         for name, seconds in best.items():
             print(f"| {name} | {seconds:.2f} | {n / seconds:,.0f} | {seconds / base:.2f}x |")
         print(f"\ncommand: logport bench spark --events {n} --batch-size {args.batch_size} "

@@ -106,7 +106,7 @@ def table(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[dict[st
     if not rows:
         return f'<h2>{html.escape(title)}</h2><p class="empty">no data</p>'
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(row.get(key)))}</td>" for key, _ in columns) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(row.get(key), 3 if key == 'apdex' else 1))}</td>" for key, _ in columns) + "</tr>"
                    for row in rows)
     return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{body}</table>"
 
