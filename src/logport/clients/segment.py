@@ -486,7 +486,7 @@ class SegmentAppender:
         if level > acked:
             # not a block end: only a server that stored part of a block another process sent
             cut = level - acked
-            if not blocks or not _is_frame_boundary(blocks[0], cut) or self._sent > dropped:
+            if not blocks or not sp.is_message_boundary(blocks[0], cut) or self._sent > dropped:
                 raise errors.RemoteProtocolError(
                     f"segment server acknowledged offset {level}, which is not an event boundary (at {acked})"
                 )
@@ -523,13 +523,6 @@ class SegmentAppender:
     def _on_lost(self, exc: BaseException) -> None:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
-
-
-def _is_frame_boundary(data: bytes | bytearray, at: int) -> bool:
-    pos = 0
-    while pos < at:
-        pos += frames.HEADER_SIZE + frames.HEADER.unpack_from(data, pos)[1]
-    return pos == at
 
 
 # --- the asyncio reader ---

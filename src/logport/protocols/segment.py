@@ -529,6 +529,14 @@ def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes
             + encode(EndAppendBlock(connection_id, end, len(events))) + after)
 
 
+def is_message_boundary(data: bytes | bytearray, at: int) -> bool:
+    """Whether `at` falls between two of the whole messages (frames) that `data` starts with."""
+    pos = 0
+    while pos < at and pos + HEADER_SIZE <= len(data):
+        pos += HEADER_SIZE + HEADER.unpack_from(data, pos)[1]
+    return pos == at
+
+
 def split_into_partials(message: Message, size: int) -> bytes:
     """`message` sent as PartialMessage fragments of `size` bytes each."""
     whole = encode(message)

@@ -22,12 +22,11 @@ from logport import errors
 from logport.config import SegmentServerConfig
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
-from logport.store import SegmentStore, WriterCondition, frames
+from logport.store import SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
 from logport.tls import server_context
 
 log = logging.getLogger("logport.segment")
-
 
 
 @dataclass
@@ -481,7 +480,7 @@ class SegmentServerProtocol(asyncio.Protocol):
                                                         create=False)
             except errors.WriterOffsetMismatch as e:
                 stored = e.expected
-                if start < stored < end and _is_frame_boundary(data, stored - start):
+                if start < stored < end and sp.is_message_boundary(data, stored - start):
                     data = data[stored - start :]
                     start = stored
                     continue
@@ -492,10 +491,3 @@ class SegmentServerProtocol(asyncio.Protocol):
                 raise
             assert result.writer_offset is not None
             return result.writer_offset, result.duplicate
-
-
-def _is_frame_boundary(data: bytes, at: int) -> bool:
-    pos = 0
-    while pos < at:
-        pos += frames.HEADER_SIZE + frames.HEADER.unpack_from(data, pos)[1]
-    return pos == at
