@@ -28,6 +28,9 @@ from logport.tls import server_context
 
 log = logging.getLogger("logport.segment")
 
+MAX_READS_PER_CONNECTION = 64  # ReadSegments one connection may have outstanding (each may wait at the tail)
+MAX_WRITERS_PER_CONNECTION = 1024  # connection ids one TCP connection may set up
+
 
 @dataclass
 class SegmentMetrics:
@@ -278,8 +281,14 @@ class SegmentServerProtocol(asyncio.Protocol):
             self.close()
             return
         if isinstance(event, sp.ReadSegment):
+            if len(self.tasks) >= MAX_READS_PER_CONNECTION:
+                raise sp.SegmentProtocolError(f"{len(self.tasks) + 1} outstanding ReadSegment requests exceed"
+                                              f" max_reads_per_connection {MAX_READS_PER_CONNECTION}")
             self._spawn(self._read(event))  # concurrent: a read may wait at the tail
         elif isinstance(event, sp.SetupAppend):
+            if event.connection_id not in self.writers and len(self.writers) >= MAX_WRITERS_PER_CONNECTION:
+                raise sp.SegmentProtocolError(f"{len(self.writers) + 1} connection ids exceed"
+                                              f" max_writers_per_connection {MAX_WRITERS_PER_CONNECTION}")
             self._control.put_nowait(self._setup_append(event))
         else:
             self._control.put_nowait(event)
