@@ -312,3 +312,18 @@ async def test_a_failed_append_is_neither_acknowledged_nor_published(tmp_path: P
         assert orjson.loads((await sub.recv_data())[2])["i"] == 2
         producer.close()
         sub.close()
+
+
+async def test_a_flood_of_invalid_messages_is_counted_but_logged_once(
+        tmp_path: Path, zctx: zmq.asyncio.Context, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = hub_config(tmp_path, ["logjam"])
+    async with running_hub(cfg) as hub:
+        producer = AgentProducer(zctx, cfg.logjam.router_port)
+        with caplog.at_level("WARNING", logger="logport.logjam"):
+            for _ in range(50):
+                await producer.send_async([b"bad", TOPIC, b"{}", meta(1)])
+            assert (await producer.send_sync([b"bad", TOPIC, b"{}", meta(1)]))[-1] == lj.BAD_REQUEST
+        assert sample(hub, "logport_logjam_invalid_messages_total", reason="app_env") == 51
+        lines = [r for r in caplog.records if r.getMessage() == "invalid logjam message"]
+        assert len(lines) == 1 and lines[0].reason == "app_env"  # type: ignore[attr-defined]
+        producer.close()

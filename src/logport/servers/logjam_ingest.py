@@ -22,6 +22,7 @@ from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
 from logport.runtime import Runtime
+from logport.servers._guard import ThrottledLog
 
 log = logging.getLogger("logport.logjam")
 
@@ -67,6 +68,7 @@ class LogjamMetrics:
         self.reconnects = Counter("logport_logjam_reconnects", "Subscriptions reopened after silence",
                                   ["endpoint"], registry=r)
         self.store_errors = Counter("logport_logjam_store_errors", "Appends that failed", registry=r)
+        self.invalid_logs: dict[str, ThrottledLog] = {}  # reason -> its throttled log line
 
 
 @dataclass(slots=True)
@@ -117,10 +119,14 @@ class MessageDecoder:
 
 
 def log_invalid(metrics: LogjamMetrics, error: ProtocolError, peer: str, socket: str) -> None:
+    """Count a refused message by reason; log it, at most one line per reason per interval (a flood of
+    bad messages must not flood the log: the next line says how many were not logged)."""
     reason = error.reason if isinstance(error, InvalidMessage) else "limit"
     metrics.invalid.labels(reason).inc()
-    log.warning("invalid logjam message", extra={"peer": peer, "socket": socket, "reason": reason,
-                                                 "error": str(error)})
+    throttled = metrics.invalid_logs.get(reason)
+    if throttled is None:
+        throttled = metrics.invalid_logs[reason] = ThrottledLog(log)
+    throttled.warning("invalid logjam message", peer=peer, socket=socket, reason=reason, error=str(error))
 
 
 async def store_accepted(runtime: Runtime, default_segment: str, accepted: list[Accepted]) -> None:
