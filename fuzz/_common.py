@@ -64,16 +64,20 @@ def drain(next_event: Callable[[], object], need_data: object) -> Iterator[objec
 
 
 def run(name: str, test_one_input: Callable[[bytes], None], seeds: Callable[[], Iterable[bytes]]) -> None:
-    """`python fuzz/fuzz_<name>.py [libFuzzer options]`: seeds fuzz/corpus/<name>/ once, then fuzzes."""
+    """`python fuzz/fuzz_<name>.py [libFuzzer options] [CORPUS_DIR ...]`: seeds the first corpus directory
+    (default fuzz/corpus/<name>/) when it is empty, then fuzzes. A file argument replays that input."""
     import atheris
 
-    corpus = FUZZ_DIR / "corpus" / name
-    if not corpus.is_dir() or not any(corpus.iterdir()):
+    args = list(sys.argv)
+    paths = [a for a in args[1:] if not a.startswith("-")]
+    if not paths:
+        corpus = FUZZ_DIR / "corpus" / name
+        args.append(str(corpus))
+    else:
+        corpus = Path(paths[0])
+    if not corpus.is_file() and (not corpus.is_dir() or not any(corpus.iterdir())):
         corpus.mkdir(parents=True, exist_ok=True)
         for i, seed in enumerate(seeds()):
             (corpus / f"seed-{i:03d}").write_bytes(seed)
-    args = list(sys.argv)
-    if not any(not a.startswith("-") for a in args[1:]):
-        args.append(str(corpus))
     atheris.Setup(args, test_one_input)
     atheris.Fuzz()
