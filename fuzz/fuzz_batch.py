@@ -11,6 +11,7 @@ from _common import instrumented, run
 
 with instrumented():
     import msgpack
+
     from logport.batch import BatchDecodeError, decode_batch, encode_batch, event_time
     from logport.eventjson import write_events
 
