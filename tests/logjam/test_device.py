@@ -88,6 +88,7 @@ async def test_agent_to_store_and_subscriber(tmp_path: Path, zctx: zmq.asyncio.C
             assert batch.option["device"] == 0
             assert batch.option["created_ms"] == 1795316400000
             assert batch.option["received_on"] == "router"
+            assert batch.option["peer"] == "127.0.0.1"  # libzmq's Peer-Address (it has no port)
         producer.close()
         sub.close()
 
@@ -175,6 +176,7 @@ async def test_pull_three_and_four_frames(tmp_path: Path, zctx: zmq.asyncio.Cont
         assert m2.sequence == m1.sequence + 1 and m1.device == m2.device == 4
         stored = [b for b in await data_batches(hub) if b.option["received_on"] == "pull"]
         assert [next(iter(b)).record["i"] for b in stored] == [1, 2]
+        assert {b.option["peer"] for b in stored} == {"127.0.0.1"}
         push.close()
         producer.close()
         sub.close()

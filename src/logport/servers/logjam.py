@@ -28,11 +28,13 @@ from logport.servers.logjam_ingest import (
     MessageDecoder,
     log,
     log_invalid,
-    receive_frames,
+    peer_address,
+    receive_message,
     store_accepted,
 )
 from logport.servers.logjam_republish import StreamNames, run_republisher
 
+_MAX_PEERS = 100_000  # routing ids whose address is remembered
 _IN_FLIGHT = 16  # store appends of consecutive batches that may overlap
 
 
@@ -127,6 +129,7 @@ class LogjamDevice:
         self._pending: asyncio.Queue[_Pending] = asyncio.Queue(_IN_FLIGHT)
         self._sockets: list[zmq.asyncio.Socket] = []
         self.publisher: LogjamPublisher | None = None
+        self._peers: dict[bytes, str] = {}  # ROUTER routing id -> the sender's address
 
     def _socket(self, kind: int, hwm_option: int, hwm: int) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(kind)
@@ -172,12 +175,23 @@ class LogjamDevice:
         max_batch = self.config.max_batch
         received = self.metrics.received.labels(kind)
         take = self._take_router if kind == "router" else self._take_pull
+        peers = self._peers
+        router = kind == "router"
         while True:
             await asock.poll(timeout=None)  # POLLIN
-            batch: list[list[bytes]] = []
+            batch: list[tuple[list[bytes], str]] = []
             try:
                 while len(batch) < max_batch:
-                    batch.append(receive_frames(sock))
+                    frames, first = receive_message(sock)
+                    if router:  # the address of a routing id, looked up once
+                        peer = peers.get(frames[0])
+                        if peer is None:
+                            if len(peers) >= _MAX_PEERS:
+                                peers.clear()
+                            peer = peers[frames[0]] = peer_address(first)
+                    else:
+                        peer = peer_address(first)
+                    batch.append((frames, peer))
             except zmq.Again:
                 pass
             if not batch:
@@ -185,15 +199,14 @@ class LogjamDevice:
             received.inc(len(batch))
             await take(batch)
 
-    async def _take_router(self, batch: list[list[bytes]]) -> None:
+    async def _take_router(self, batch: list[tuple[list[bytes], str]]) -> None:
         accepted: list[Accepted] = []
         replies: list[tuple[bool, list[bytes]]] = []
         accept = self.decoder.accept
-        for frames in batch:
+        for frames, peer in batch:
             routing_id = frames[0]
             rest = frames[1:]
             sync = bool(rest) and not rest[0]
-            peer = routing_id.hex()
             try:
                 message = lj.read_router_message(rest)
                 if isinstance(message, lj.PingRequest):
@@ -211,18 +224,18 @@ class LogjamDevice:
                     replies.append((False, [routing_id, *lj.router_reply(first, lj.BAD_REQUEST)]))
         await self._enqueue(accepted, replies, "router")
 
-    async def _take_pull(self, batch: list[list[bytes]]) -> None:
+    async def _take_pull(self, batch: list[tuple[list[bytes], str]]) -> None:
         accepted: list[Accepted] = []
         accept = self.decoder.accept
-        for frames in batch:
+        for frames, peer in batch:
             try:
                 message = lj.read_pull_message(frames)
                 if isinstance(message, lj.PingRequest):
                     self.metrics.pings.inc()  # nobody to answer on PULL
                     continue
-                accepted.append(accept(message, "pull", "pull"))
+                accepted.append(accept(message, peer, "pull"))
             except ProtocolError as e:
-                log_invalid(self.metrics, e, "pull", "pull")
+                log_invalid(self.metrics, e, peer, "pull")
         await self._enqueue(accepted, [], "pull")
 
     async def _enqueue(self, accepted: list[Accepted], replies: list[tuple[bool, list[bytes]]], kind: str) -> None:

@@ -23,7 +23,7 @@ from logport.servers.logjam_ingest import (
     MessageDecoder,
     log,
     log_invalid,
-    receive_frames,
+    receive_message,
     store_accepted,
 )
 
@@ -102,7 +102,7 @@ async def run_subscription(runtime: Runtime, ctx: zmq.asyncio.Context, endpoint:
                 n = 0
                 try:
                     while n < cfg.max_batch:
-                        frames = receive_frames(sock)
+                        frames, _ = receive_message(sock)
                         n += 1
                         item = sub.take(frames)
                         if item is not None:

@@ -38,15 +38,23 @@ def event_entry(seconds: int, nanos: int, record: dict[str, Any]) -> bytes:
     return _ENTRY_HEAD.pack(0x92, 0xD7, 0x00, seconds & 0xFFFFFFFF, nanos) + _pack_record(record)
 
 
-def receive_frames(sock: zmq.Socket[bytes]) -> list[bytes]:
-    """One whole message, or zmq.Again: recv_multipart less its per-frame RCVMORE lookup
-    (a Frame knows whether more follow), a sixth of a receive's cost."""
-    part = sock.recv(zmq.NOBLOCK, copy=False)
+def receive_message(sock: zmq.Socket[bytes]) -> tuple[list[bytes], zmq.Frame]:
+    """One whole message and its first Frame (for `peer_address`), or zmq.Again: recv_multipart less
+    its per-frame RCVMORE lookup (a Frame knows whether more follow), a sixth of a receive's cost."""
+    first = part = sock.recv(zmq.NOBLOCK, copy=False)
     frames = [part.bytes]
     while part.more:
         part = sock.recv(0, copy=False)
         frames.append(part.bytes)
-    return frames
+    return frames, first
+
+
+def peer_address(frame: zmq.Frame) -> str:
+    """The sender's IP address as libzmq knows it (ZeroMQ does not tell the port)."""
+    try:
+        return str(frame.get("Peer-Address"))
+    except zmq.ZMQError:
+        return "unknown"
 
 
 class LogjamMetrics:
