@@ -90,3 +90,34 @@ def test_bad_options_are_refused(spark, tmp_path: Path) -> None:
         spark.read.format("logport").load().collect()
     with pytest.raises(Exception, match="(?i)startingoffsets"):
         spark.read.format("logport").option("path", str(tmp_path)).option("startingOffsets", "soon").load().collect()
+
+
+def test_chunked_and_truncated_segment(spark, tmp_path: Path) -> None:
+    import asyncio
+
+    from logport.config import StoreConfig
+    from logport.store import SegmentStore
+
+    data_dir = str(tmp_path / "data")
+    bodies = build_sample(logjam_batches=10, per_batch=20).bodies["logjam"]
+    write_bodies(data_dir, {"logjam": bodies}, chunk_size=15000)  # a chunk file every couple of batches
+    starts = [sum(len(b) + 8 for b in bodies[:i]) for i in range(len(bodies))]
+
+    async def truncate() -> None:
+        store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never", chunk_size=15000))
+        try:
+            await store.truncate("logjam", starts[4])
+        finally:
+            await store.close()
+
+    asyncio.run(truncate())
+    first = DirectoryReader(data_dir).bounds("logjam")[0]
+    assert 0 < first <= starts[4]
+    expected = cat_lines(data_dir)
+    rows = read_rows(spark, data_dir, partitionBytes="10000")
+    assert sorted((r.segment, r.offset, r["index"]) for r in rows) == sorted(expected)
+    assert min(r.offset for r in rows) == first
+    with pytest.raises(Exception, match="(?i)truncat"):
+        read_rows(spark, data_dir, startingOffsets='{"logjam": 0}')
+    rows = read_rows(spark, data_dir, startingOffsets='{"logjam": 0}', failOnDataLoss="false")
+    assert sorted((r.segment, r.offset, r["index"]) for r in rows) == sorted(expected)
