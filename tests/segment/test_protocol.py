@@ -418,3 +418,82 @@ def test_blocks_with_a_split_event_round_trip(bodies: list[bytes], cut: int, fra
     split = last + 1 + cut % (len(events) - last - 1) if len(events) - last > 1 else None
     wire = sp.encode_block(CID, 5, events, split_at=split, fragment=fragment)
     assert received(sp.Role.SERVER, wire, step) == [sp.AppendBlock(CID, 5, 5 + len(events), events, len(bodies))]
+
+
+# --- receiving in place (asyncio.BufferedProtocol): the same results as receive_data ---
+
+
+def received_in_place(wire: bytes, sizes: list[int], limits: sp.Limits | None = None) -> list:
+    """Feed `wire` through get_buffer/buffer_updated, each read at most the next of `sizes` bytes."""
+    conn = sp.Connection(sp.Role.SERVER, limits)
+    out = []
+    at = 0
+    i = 0
+    while at < len(wire):
+        view = conn.get_buffer(-1)
+        assert len(view) > 0
+        n = min(len(view), sizes[i % len(sizes)], len(wire) - at)
+        i += 1
+        view[:n] = wire[at : at + n]
+        at += n
+        conn.buffer_updated(n)
+        while (event := conn.next_event()) is not sp.NEED_DATA:
+            out.append(event)
+    return out
+
+
+def test_a_block_is_received_in_place_and_not_copied() -> None:
+    events = sp.event_messages([b"a" * 1000, b"b" * 3000])
+    wire = SETUP + sp.encode_block(CID, 0, events)
+    conn = sp.Connection(sp.Role.SERVER)
+    head = len(SETUP) + 8 + 28
+    view = conn.get_buffer(-1)
+    view[:head] = wire[:head]
+    conn.buffer_updated(head)
+    assert conn.next_event() == sp.SetupAppend(CID, "logs")
+    assert conn.next_event() is sp.NEED_DATA
+    region = conn.get_buffer(-1)
+    assert len(region) == len(events)  # the block's own buffer, exactly its data
+    region[:1500] = wire[head : head + 1500]
+    conn.buffer_updated(1500)
+    assert conn.next_event() is sp.NEED_DATA
+    rest = wire[head + 1500 :]
+    region = conn.get_buffer(-1)
+    region[: len(events) - 1500] = rest[: len(events) - 1500]
+    conn.buffer_updated(len(events) - 1500)
+    view = conn.get_buffer(-1)
+    tail = rest[len(events) - 1500 :]
+    view[: len(tail)] = tail
+    conn.buffer_updated(len(tail))
+    block = conn.next_event()
+    assert block == sp.AppendBlock(CID, 0, len(events), events, 2)
+    assert isinstance(block.data, bytearray)  # type: ignore[union-attr]  # the buffer received into
+
+
+@given(st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=5), min_size=1, max_size=4),
+       st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=8), st.integers(min_value=0, max_value=3),
+       st.integers(min_value=0, max_value=10_000))
+def test_in_place_matches_receive_data(blocks: list[list[bytes]], sizes: list[int], fragment: int, cut: int) -> None:
+    wire = SETUP
+    expected: list = [sp.SetupAppend(CID, "logs")]
+    offset = 0
+    for i, bodies in enumerate(blocks):
+        events = sp.event_messages(bodies)
+        last = len(events) - 8 - len(bodies[-1])
+        split = None
+        if i % 2 and len(events) - last > 1:  # every other block ends in a split event
+            split = last + 1 + cut % (len(events) - last - 1)
+        wire += sp.encode_block(CID, offset, events, split_at=split, fragment=fragment)
+        wire += sp.encode(sp.GetSegmentInfo("x"))
+        expected += [sp.AppendBlock(CID, offset, offset + len(events), events, len(bodies)), sp.GetSegmentInfo("x")]
+        offset += len(events)
+    assert received_in_place(wire, sizes) == expected
+    assert received(sp.Role.SERVER, wire, sizes[0]) == expected
+
+
+@given(st.binary(max_size=400), st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=4))
+def test_arbitrary_bytes_in_place(data: bytes, sizes: list[int]) -> None:
+    try:
+        received_in_place(SETUP + sp.encode(sp.BeginAppendBlock(CID, 0, 200)) + data, sizes, SMALL)
+    except RemoteProtocolError:
+        pass

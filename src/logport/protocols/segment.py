@@ -557,7 +557,7 @@ class AppendBlock:
     connection_id: uuid.UUID
     start_offset: int  # connection offset before the block
     end_offset: int  # connection offset after it
-    data: bytes  # the block's Event messages (frames in the store's format)
+    data: bytes | bytearray  # the block's Event messages (frames in the store's format); never changed
     event_count: int
 
 
@@ -598,16 +598,26 @@ TRANSITIONS: Final[dict[tuple[State, str], State]] = {
 @dataclass
 class _Block:
     begin: BeginAppendBlock
-    remaining: int
+    remaining: int  # bytes of the block's data still to come (the split event's rest not counted)
     # pieces of immutable received bytes (no copy until the one join at the end)
     chunks: list[bytes | memoryview] = field(default_factory=list)
-    filled: int = 0
+    filled: int = 0  # bytes of whole Event messages so far
     events: int = 0
     end: EndAppendBlock | None = None
+    # receiving in place (get_buffer): the block's bytes land here; [0, filled) are whole events,
+    # [filled, filled + tail) the start of the next one
+    region: bytearray | None = None
+    tail: int = 0
+    in_place_ok: bool = True  # false once a PartialMessage showed up inside the block
 
     def add(self, chunk: bytes | memoryview) -> None:
         self.chunks.append(chunk)
         self.filled += len(chunk)
+
+    def data(self) -> bytes | bytearray:
+        if self.region is not None:
+            return self.region  # whole: filled == len(region) once the block's data is in
+        return b"".join(self.chunks)
 
 
 class Connection:
@@ -623,6 +633,8 @@ class Connection:
         self._partial_in_block = False
         self._closed = False
         self._incoming = REQUESTS if role is Role.SERVER else REPLIES
+        self._scratch = bytearray(256 * 1024)
+        self._into_region = False  # the last get_buffer handed out the block's own buffer
 
     # -- receiving --
 
@@ -631,19 +643,82 @@ class Connection:
             self._closed = True
             return
         if self.state is State.IN_BLOCK and not self._buffer:
-            # the hot path: whole events go straight from the received bytes into the block, one copy
             block = self._block
             assert block is not None
+            if block.region is not None:  # receiving in place: copy in as get_buffer would have
+                view = self._region_view(block)
+                n = min(len(view), len(data))
+                view[:n] = memoryview(data)[:n]
+                self._region_filled(block, n)
+                if n < len(data):
+                    self._buffer += memoryview(data)[n:]
+                return
+            # the hot path: whole events go straight from the received bytes into the block, one copy
             taken = self._take_events(block, data, 0, len(data))
             if taken < len(data):
                 self._buffer += memoryview(data)[taken:]
             return
         self._buffer += data
 
-    def _take_events(self, block: _Block, data: bytes | bytearray | memoryview, start: int, avail: int) -> int:
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """For `asyncio.BufferedProtocol`: where the next received bytes should go.
+
+        Inside an append block with nothing else pending, that is the block's own
+        buffer, so its events are received in place and stored with no copy.
+        """
+        block = self._block
+        if self.state is State.IN_BLOCK and not self._buffer and block is not None and block.in_place_ok:
+            if block.region is None:
+                block.region = bytearray(block.filled + block.remaining)
+                at = 0
+                for chunk in block.chunks:
+                    block.region[at : at + len(chunk)] = chunk
+                    at += len(chunk)
+                block.chunks = []
+            view = self._region_view(block)
+            if view:
+                self._into_region = True
+                return view
+        self._into_region = False
+        return memoryview(self._scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """For `asyncio.BufferedProtocol`: `nbytes` were written into the last get_buffer()."""
+        if self._into_region:
+            self._into_region = False
+            block = self._block
+            assert block is not None
+            self._region_filled(block, nbytes)
+        elif nbytes:
+            self.receive_data(bytes(memoryview(self._scratch)[:nbytes]))
+
+    @staticmethod
+    def _region_view(block: _Block) -> memoryview:
+        assert block.region is not None
+        start = block.filled + block.tail
+        return memoryview(block.region)[start : block.filled + block.remaining]
+
+    def _region_filled(self, block: _Block, nbytes: int) -> None:
+        """Check the events that arrived in place; anything but Events goes to the receive buffer."""
+        region = block.region
+        assert region is not None
+        block.tail += nbytes
+        taken = self._take_events(block, region, block.filled, block.tail, in_place=True)
+        block.tail -= taken
+        if block.tail >= HEADER_SIZE and HEADER.unpack_from(region, block.filled)[0] != _EVENT_TYPE:
+            # a PartialMessage inside the block: from here on, the ordinary (copying) path
+            self._buffer += memoryview(region)[block.filled : block.filled + block.tail]
+            block.chunks = [memoryview(region)[: block.filled]]
+            block.region = None
+            block.tail = 0
+            block.in_place_ok = False
+
+    def _take_events(self, block: _Block, data: bytes | bytearray | memoryview, start: int, avail: int,
+                     in_place: bool = False) -> int:
         """Copy the whole Event messages at `data[start:start + avail]` into the block; returns the bytes taken.
 
         Stops at anything else (a PartialMessage, an incomplete event) for the slow path to look at.
+        `in_place`: they are in the block's own buffer already, only check them.
         """
         pos = 0
         unpack = HEADER.unpack_from
@@ -667,7 +742,9 @@ class Connection:
             remaining -= size
             events += 1
         if pos:
-            if isinstance(data, bytes):
+            if in_place:
+                block.filled += pos
+            elif isinstance(data, bytes):
                 block.add(data if pos == len(data) else memoryview(data)[start : start + pos])
             else:  # a buffer that will change: copy out
                 block.add(bytes(memoryview(data)[start : start + pos]))
@@ -790,7 +867,7 @@ class Connection:
         self._move(label)
         self._block = None
         return AppendBlock(block.begin.connection_id, block.begin.connection_offset, block.end.connection_offset,
-                           b"".join(block.chunks), block.events)
+                           block.data(), block.events)
 
     def _receive_partial(self, message: PartialMessage, *, in_block: bool) -> Message | AppendBlock | None:
         kind = message.kind

@@ -129,7 +129,9 @@ async def start(runtime: Runtime) -> SegmentServer:
     return server
 
 
-class SegmentServerProtocol(asyncio.Protocol):
+class SegmentServerProtocol(asyncio.BufferedProtocol):
+    """Receives into the connection's buffers (an append block's events land in place, stored with no copy)."""
+
     def __init__(self, server: SegmentServer) -> None:
         self.server = server
         self.store = server.store
@@ -177,13 +179,16 @@ class SegmentServerProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_activity = time.monotonic()
         if self._closing:
             return
         conn = self.conn
-        conn.receive_data(data)
         try:
+            conn.buffer_updated(nbytes)
             while True:
                 event = conn.next_event()
                 if event is sp.NEED_DATA:
@@ -473,7 +478,7 @@ class SegmentServerProtocol(asyncio.Protocol):
         writer.acked = max(writer.acked, ack)
         self.reply(sp.DataAppended(writer.connection_id, writer.acked))
 
-    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes,
+    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes | bytearray,
                                   before: asyncio.Task[None] | None) -> tuple[int, bool]:
         """Store the events of [start, end) of a connection; (ack level, whether all were duplicates).
 
@@ -485,8 +490,9 @@ class SegmentServerProtocol(asyncio.Protocol):
         """
         while True:
             try:
-                result = await self.store.append_framed(segment, data, writer=WriterCondition(key, end, start),
-                                                        create=False)
+                # a received block is a bytearray, never changed again: the store joins it like bytes
+                result = await self.store.append_framed(segment, data,  # type: ignore[arg-type]
+                                                        writer=WriterCondition(key, end, start), create=False)
             except errors.WriterOffsetMismatch as e:
                 stored = e.expected
                 if start < stored < end and sp.is_message_boundary(data, stored - start):
