@@ -667,7 +667,7 @@ class Connection:
         buffer, so its events are received in place and stored with no copy.
         """
         block = self._block
-        if self.state is State.IN_BLOCK and not self._buffer and block is not None and block.in_place_ok:
+        if self.state is State.IN_BLOCK and block is not None and block.in_place_ok and self._only_an_event_start():
             if block.region is None:
                 block.region = bytearray(block.filled + block.remaining)
                 at = 0
@@ -675,6 +675,11 @@ class Connection:
                     block.region[at : at + len(chunk)] = chunk
                     at += len(chunk)
                 block.chunks = []
+            if self._buffer:  # the start of the next event: it continues in place
+                start = block.filled + block.tail
+                pending = self._buffer.extract_all()
+                block.region[start : start + len(pending)] = pending
+                block.tail += len(pending)
             view = self._region_view(block)
             if view:
                 self._into_region = True
@@ -691,6 +696,18 @@ class Connection:
             self._region_filled(block, nbytes)
         elif nbytes:
             self.receive_data(bytes(memoryview(self._scratch)[:nbytes]))
+
+    def _only_an_event_start(self) -> bool:
+        """The receive buffer holds nothing, or just the beginning of one Event of the current block."""
+        n = len(self._buffer)
+        if n == 0:
+            return True
+        block = self._block
+        assert block is not None
+        if n >= block.remaining - block.tail:
+            return False
+        header = self._buffer.peek_header()
+        return header is None or header[0] == _EVENT_TYPE
 
     @staticmethod
     def _region_view(block: _Block) -> memoryview:
