@@ -119,7 +119,7 @@ def decode_batch(body: bytes | memoryview) -> StoredBatch:
 
 def time_of(value: Any) -> tuple[int, int]:
     """(seconds, nanos) of a Forward time: EventTime (decoded by _ext_hook) or integer seconds."""
-    if isinstance(value, tuple):
+    if type(value) is tuple:  # EventTime as _ext_hook decodes it (ExtType is a tuple subclass: not that)
         return value[0], value[1]
     if isinstance(value, int) and not isinstance(value, bool):
         return value, 0

@@ -59,6 +59,12 @@ def test_str_payload_is_treated_as_binary() -> None:
     del body
 
 
+def test_an_entry_time_of_another_ext_type_is_refused() -> None:
+    entry = msgpack.packb([msgpack.ExtType(5, b"12345678"), {"a": 1}])
+    with pytest.raises(BatchDecodeError, match="neither EventTime nor an integer"):
+        list(iter_entries(entry))
+
+
 @pytest.mark.parametrize("body", [b"", b"\xc1", msgpack.packb(1), msgpack.packb(["t"]), msgpack.packb([1, b"", {}])])
 def test_not_a_batch(body: bytes) -> None:
     with pytest.raises(BatchDecodeError):
