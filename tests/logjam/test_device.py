@@ -329,3 +329,33 @@ async def test_a_flood_of_invalid_messages_is_counted_but_logged_once(
         lines = [r for r in caplog.records if r.getMessage() == "invalid logjam message"]
         assert len(lines) == 1 and lines[0].reason == "app_env"  # type: ignore[attr-defined]
         producer.close()
+
+
+async def test_odd_stored_events_are_skipped_or_published_never_fatal(tmp_path: Path, zctx: zmq.asyncio.Context) -> None:
+    import msgpack
+
+    cfg = hub_config(tmp_path, ["logjam"], logjam={"republish": ["raw"]})
+    async with running_hub(cfg) as hub:
+        assert hub.runtime is not None
+        sub = RawSubscriber(zctx, cfg.logjam.pub_port)
+        producer = AgentProducer(zctx, cfg.logjam.router_port)
+        await until_connected(sub, producer)
+        # a record whose str is not UTF-8: published with replacement characters
+        odd_record = msgpack.packb(["t", b"\x92\xd7\x00" + bytes(8) + b"\x81\xa1k\xa2\xff\xfe", {}])
+        list_key = msgpack.packb(["t", b"\x92\xd7\x00" + bytes(8) + msgpack.packb({(1, 2): "list key"}), {}])
+        await hub.runtime.store.append("raw", [
+            b"not json, not msgpack \xff",  # an opaque segment-protocol append
+            b"[1, 2]",  # JSON, but not an object
+            odd_record,
+            list_key,  # a map key JSON cannot hold: published with the key as a string
+            b'{"opaque": "json object"}',  # an opaque append that is a JSON object: published
+        ])
+        assert list(orjson.loads((await sub.recv_data())[2])) == ["k"]
+        assert orjson.loads((await sub.recv_data())[2]) == {"[1, 2]": "list key"}
+        frames = await sub.recv_data()
+        assert orjson.loads(frames[2]) == {"opaque": "json object"}
+        assert frames[:2] == [b"logport-production", b"logs.raw"]
+        with pytest.raises(TimeoutError):
+            await sub.recv_data(0.3)
+        producer.close()
+        sub.close()

@@ -112,8 +112,9 @@ async def run_republisher(runtime: Runtime, segment: str, publisher: Any, names:
                 continue
             try:
                 messages = messages_of(segment, bytes(body))
-            except (BatchDecodeError, TypeError, orjson.JSONEncodeError) as e:
-                log.warning("event not republished", extra={"segment": segment, "error": str(e)})
+            except Exception as e:  # any odd stored event (a raw segment append, a record msgpack allows
+                # and JSON does not): skipped and logged, never the end of republishing
+                log.warning("event not republished", extra={"segment": segment, "error": repr(e)})
                 continue
             for tag, json, created_ms in messages:
                 app_env, topic = names.for_tag(tag)
