@@ -190,6 +190,37 @@ async def store_case(work: Path, args: argparse.Namespace, size: int, writers: i
     return {"seconds": elapsed, "bytes": per * writers * size}
 
 
+def loopback_tcp(total: int) -> dict[str, Any]:
+    """The bytes alone over loopback TCP, process to process, plain sockets: the ceiling of any TCP path here."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    pid = os.fork()
+    if pid == 0:  # the sender
+        try:
+            sender = socket.create_connection(("127.0.0.1", port))
+            chunk = os.urandom(MiB)
+            for _ in range(total // MiB):
+                sender.sendall(chunk)
+            sender.close()
+        finally:
+            os._exit(0)
+    conn, _ = server.accept()
+    buffer = memoryview(bytearray(MiB))
+    got = 0
+    t0 = time.perf_counter()
+    while n := conn.recv_into(buffer):
+        got += n
+    elapsed = time.perf_counter() - t0
+    os.waitpid(pid, 0)
+    conn.close()
+    server.close()
+    return {"seconds": elapsed, "bytes": got}
+
+
 def mbs(result: dict[str, Any]) -> float:
     return float(result["bytes"]) / float(result["seconds"]) / 1e6
 
@@ -209,35 +240,42 @@ def run(args: argparse.Namespace) -> int:
             total = (args.mib_large if size >= 65536 else args.mib_small) * MiB
             for appenders in (int(a) for a in args.appenders.split(",")):
                 reads = appenders == 1
-                stores, segs = [], []
+                stores, segs, read_runs, tcps = [], [], [], []
                 for _ in range(args.repeat):  # alternating, so that a burst of load elsewhere hits both sides
+                    tcps.append(loopback_tcp(total))
                     stores.append(run_async(lambda s=size, a=appenders, t=total: store_case(work, args, s, a, t)))
-                    segs.append(run_async(lambda s=size, a=appenders, t=total, r=reads:
-                                          segment_case(work, args, s, a, t, r)))
+                    segs.append(run_async(lambda s=size, a=appenders, t=total:
+                                          segment_case(work, args, s, a, t, False)))
+                    if reads:  # a run of its own: a following reader takes CPU from the appender
+                        read_runs.append(run_async(lambda s=size, t=total: segment_case(work, args, s, 1, t, True)))
                 store_mbs = median([mbs(r) for r in stores])
                 seg_mbs = median([mbs(r["append"]) for r in segs])
+                tcp_mbs = median([mbs(r) for r in tcps])
                 rows.append((f"{size // 1024} KiB", appenders, round(seg_mbs, 1), round(store_mbs, 1),
-                             f"{seg_mbs / store_mbs:.0%}", round(seg_mbs * 1e6 / size),
+                             f"{seg_mbs / store_mbs:.0%}", round(tcp_mbs, 1), round(seg_mbs * 1e6 / size),
                              " ".join(f"{mbs(g['append']) / mbs(t):.0%}" for g, t in zip(segs, stores, strict=True))))
                 if reads:
-                    cold = median([mbs(r["cold"]) for r in segs])
-                    direct = median([mbs(r["direct"]) for r in segs])
-                    tail = median([mbs(r["tail"]) for r in segs])
+                    cold = median([mbs(r["cold"]) for r in read_runs])
+                    direct = median([mbs(r["direct"]) for r in read_runs])
+                    tail = median([mbs(r["tail"]) for r in read_runs])
+                    beside = median([mbs(r["append"]) for r in read_runs])
                     read_rows.append((f"{size // 1024} KiB", round(cold, 1), round(direct, 1), f"{cold / direct:.0%}",
-                                      round(tail, 1), f"{tail / seg_mbs:.0%}"))
+                                      round(tail, 1), round(beside, 1), f"{tail / beside:.0%}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    table(["event", "appenders", "segment MB/s", "store MB/s", "segment/store", "events/s", "ratio per run"], rows)
+    table(["event", "appenders", "segment MB/s", "store MB/s", "segment/store", "loopback TCP MB/s", "events/s",
+           "ratio per run"], rows)
     print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
     print(f"#   handed one block ({args.block_size} bytes) of events per call. MB/s of event bodies; medians of")
-    print(f"#   {args.repeat} runs each, store and segment alternating.")
+    print(f"#   {args.repeat} runs each, store and segment alternating. loopback TCP: the same bytes alone between")
+    print("#   two processes over plain sockets (1 MiB sendall / recv_into), the ceiling of any TCP path here.")
     print()
     table(["event", "catch-up read MB/s", "store read MB/s", "catch-up/store", "tail read MB/s",
-           "tail/append"], read_rows)
+           "append MB/s meanwhile", "tail/append"], read_rows)
     print("# catch-up: SegmentReader from offset 0 of the segment just written (page cache warm); store read:")
     print("#   DirectoryReader.iter_events over the same files in-process; tail: a SegmentReader following the")
-    print("#   segment while the 1-appender case writes (its rate is bounded by the append rate).")
+    print("#   segment while one appender writes (runs of their own; the tail rate is bounded by the append rate).")
     return 0
 
 

@@ -230,6 +230,11 @@ class _ClientProtocol(asyncio.Protocol):
             raise ConnectionError("not connected")
         self.transport.write(data)
 
+    def writelines(self, parts: list[bytes]) -> None:
+        if self.transport is None or self.closed:
+            raise ConnectionError("not connected")
+        self.transport.writelines(parts)
+
     def send(self, message: sp.Message) -> None:
         self.write(self.conn.send(message))
 
@@ -278,8 +283,10 @@ class SegmentAppender:
         self.reconnects = 0
         self.retransmitted_bytes = 0  # sent again after a reconnect (the server stores none of it twice)
         self._high_water = 0  # the highest connection offset ever sent
-        self._blocks: collections.deque[bytes | bytearray] = collections.deque()  # unacknowledged, whole blocks
-        self._pending = bytearray()  # Event messages not yet in a block
+        # unacknowledged whole blocks: (size, the headers and bodies of their Event messages, uncopied)
+        self._blocks: collections.deque[tuple[int, list[bytes]]] = collections.deque()
+        self._pending: list[bytes] = []  # headers and bodies not yet in a block
+        self._pending_size = 0
         self._unacked_bytes = 0  # in _blocks and _pending
         self._sent = 0  # how many of _blocks went out on the current connection
         self._sent_offset = 0  # connection offset up to which this connection sent
@@ -320,19 +327,24 @@ class SegmentAppender:
         self._check()
         pack = frames.HEADER.pack
         pending = self._pending
-        before = len(pending)
+        added = 0
         for body in bodies:
-            pending += pack(0, len(body))
-            pending += body
-        self._unacked_bytes += len(pending) - before
-        if len(pending) >= self.block_size:
+            if type(body) is not bytes:
+                body = bytes(body)  # kept until acknowledged: it must not change meanwhile
+            pending.append(pack(0, len(body)))
+            pending.append(body)
+            added += 8 + len(body)
+        self._pending_size += added
+        self._unacked_bytes += added
+        if self._pending_size >= self.block_size:
             self._seal_block()
         self._wake.set()
 
     def _seal_block(self) -> None:
         if self._pending:
-            self._blocks.append(self._pending)  # never mutated again: a fresh buffer takes its place
-            self._pending = bytearray()
+            self._blocks.append((self._pending_size, self._pending))
+            self._pending = []
+            self._pending_size = 0
 
     async def flush(self) -> None:
         """Wait until everything appended so far is durable on the server."""
@@ -452,11 +464,10 @@ class SegmentAppender:
         raise lost.result()
 
     def _send_block(self, protocol: _ClientProtocol) -> None:
-        block = self._blocks[self._sent]
-        size = len(block)
+        size, parts = self._blocks[self._sent]
         start = self._sent_offset
         protocol.write(sp.encode(sp.BeginAppendBlock(self.connection_id, start, size)))
-        protocol.write(block)
+        protocol.writelines(parts)  # the transport gathers them into its writes: no copy here
         protocol.write(sp.encode(sp.EndAppendBlock(self.connection_id, start + size, size)))
         self._sent += 1
         self._sent_offset = start + size
@@ -480,17 +491,18 @@ class SegmentAppender:
         blocks = self._blocks
         acked = self.ack_level
         dropped = 0
-        while blocks and acked + len(blocks[0]) <= level:
-            acked += len(blocks.popleft())
+        while blocks and acked + blocks[0][0] <= level:
+            acked += blocks.popleft()[0]
             dropped += 1
         if level > acked:
             # not a block end: only a server that stored part of a block another process sent
             cut = level - acked
-            if not blocks or not sp.is_message_boundary(blocks[0], cut) or self._sent > dropped:
+            first = b"".join(blocks[0][1]) if blocks else b""
+            if not blocks or not sp.is_message_boundary(first, cut) or self._sent > dropped:
                 raise errors.RemoteProtocolError(
                     f"segment server acknowledged offset {level}, which is not an event boundary (at {acked})"
                 )
-            blocks[0] = blocks[0][cut:]
+            blocks[0] = (len(first) - cut, [first[cut:]])
             acked = level
         if acked != self.ack_level:
             self._unacked_bytes -= acked - self.ack_level
