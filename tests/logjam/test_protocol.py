@@ -307,16 +307,6 @@ def test_event_time_of(record: dict[str, object], created_ms: int, expected: tup
     assert lj.event_time_of(record, created_ms) == expected
 
 
-@pytest.mark.parametrize("seconds, nanos, record", [
-    (0, 0, {}), (1795316400, 999_999_999, {"a": [1, 2.5, None, "x" * 300]}), (2**32 - 1, 5, {"b": {"c": True}}),
-])
-def test_stored_entry_is_batch_pack_entry(seconds: int, nanos: int, record: dict[str, object]) -> None:
-    from logport.batch import pack_entry
-    from logport.servers.logjam_ingest import event_entry
-
-    assert event_entry(seconds, nanos, record) == pack_entry(seconds, nanos, record)
-
-
 @given(st.lists(st.binary(max_size=40), min_size=4, max_size=4))
 def test_read_sub_message_arbitrary_frames(frames: list[bytes]) -> None:
     try:
