@@ -24,16 +24,13 @@ KNOWN_BUGS = {
     "forward-ping-int-username": (
         "forward", "AttributeError", "protocols/forward.py _ping: a PING whose username/password digest is an int raises "
         "AttributeError in _s() instead of ForwardProtocolError (the hub logs 'Fatal error on transport')"),
-    "batch-entry-time-other-ext": (
-        "batch", "TypeError", "batch.time_of takes an entry time that is a msgpack ext of another type than 0 "
-        "(msgpack.ExtType is a tuple) for EventTime: eventjson.rfc3339_ns raises TypeError; an opaque event appended "
-        "over the segment protocol with such bytes makes `logport cat` crash"),
 }
 # crash file -> target, for bugs fixed since (each must stay fixed)
 FIXED: dict[str, str] = {
     "forward-tag-invalid-utf8": "forward",  # a non-UTF-8 tag killed the store task: no ack, no close (0d23540)
     "batch-record-invalid-utf8": "batch",  # a non-UTF-8 record string crashed `logport cat` (0d23540)
     "batch-record-list-key": "batch",  # an array as a map key crashed `logport cat` (0d23540)
+    "batch-entry-time-other-ext": "batch",  # an entry time of another ext type crashed `logport cat` (ad1bd3a)
 }
 
 
