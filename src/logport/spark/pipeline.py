@@ -310,7 +310,14 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
                   .queryName(f"logport_{name}"))
         writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(
             processingTime=f"{args.trigger_seconds} seconds")
-        queries.append(writer.start())
+        query = writer.start()
+        queries.append(query)
+        # Start the next query once this one has planned its first batch: each start spawns Python
+        # planner processes, and Spark gives a new Python worker only ~10 s to connect back, which
+        # several starting at once on a busy machine can miss.
+        started = time.monotonic()
+        while query.isActive and query.lastProgress is None and time.monotonic() - started < 60:
+            time.sleep(0.2)
 
     def poll() -> str | None:
         lines = []
