@@ -60,3 +60,27 @@ def test_server_reads_equal_directory_reads(spark, running_hub) -> None:  # type
     by_server = rows(server=server, partitionBytes="4096")
     assert len(by_dir) == 6 * 25 + 4 + 1 + 5 * 30 + 6 * 20  # forward (4 odd entries, 1 opaque), lumberjack, logjam
     assert by_server == by_dir
+
+
+def test_stream_over_server_follows_appends(spark, running_hub) -> None:  # type: ignore[no-untyped-def]
+    _, server, loop, hub = running_hub
+    bodies = build_sample(logjam_batches=6, per_batch=10).bodies["logjam"]
+
+    def store(items: list[bytes]) -> None:
+        async def append() -> None:
+            for body in items:
+                await hub.runtime.store.append("logjam", [body])
+        asyncio.run_coroutine_threadsafe(append(), loop).result(60)
+
+    store(bodies[:3])
+    df = spark.readStream.format("logport").option("server", server).option("maxBytesPerTrigger", "5000").load()
+    query = df.selectExpr("segment", "offset", "`index`").writeStream.format("memory").queryName("over_server").start()
+    try:
+        query.processAllAvailable()
+        store(bodies[3:])
+        query.processAllAvailable()
+        rows = spark.sql("SELECT * FROM over_server").collect()
+    finally:
+        query.stop()
+    keys = [(r.segment, r.offset, r["index"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 60
