@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import sys
 
-from _common import instrumented, run
+from _fuzzlib import instrumented, run
 
 with instrumented():
     import msgpack

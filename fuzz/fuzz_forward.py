@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from _common import drain, instrumented, pieces, run, vector_stream
+from _fuzzlib import drain, instrumented, pieces, run, vector_stream
 
 with instrumented():
     import msgpack

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import zlib
 
-from _common import VECTORS, instrumented, run
+from _fuzzlib import VECTORS, instrumented, run
 
 with instrumented():
     from logport.errors import RemoteProtocolError

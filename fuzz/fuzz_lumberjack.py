@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import zlib
 
-from _common import drain, instrumented, pieces, run, vector_stream
+from _fuzzlib import drain, instrumented, pieces, run, vector_stream
 
 with instrumented():
     from logport.errors import RemoteProtocolError

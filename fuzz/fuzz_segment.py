@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import uuid
 
-from _common import drain, instrumented, pieces, run
+from _fuzzlib import drain, instrumented, pieces, run
 
 with instrumented():
     from logport.errors import RemoteProtocolError
