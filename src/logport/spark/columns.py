@@ -68,20 +68,29 @@ def _unpack_entries(entries: bytes, count: int | None) -> Sequence[Any]:
     ext_hook=slice keeps msgpack in C for every EventTime: slice(code, data) is a builtin
     that holds both; _split_items reads the times from it in bulk and dumps_record turns
     any ext inside a record into what batch._ext_hook returns. use_list=False: tuples are
-    cheaper to build than lists, and orjson writes both as arrays.
+    cheaper to build than lists, and orjson writes both as arrays. Anything unusual raises
+    (ValueError, TypeError, UnpackException) and the caller takes the codec's own path.
     """
     if count is not None and 0 <= count < 1 << 32:
         try:
             items = msgpack.unpackb(_ARRAY32 + count.to_bytes(4, "big") + entries, raw=False, use_list=False,
-                                    ext_hook=slice, strict_map_key=False)
+                                    unicode_errors="replace", ext_hook=slice, strict_map_key=False)
             if isinstance(items, tuple):
                 return items
-        except (ValueError, TypeError, msgpack.UnpackException):
-            pass  # `size` does not match the entries (or a key is unhashable): one by one below
-    unpacker = msgpack.Unpacker(raw=False, use_list=False, ext_hook=slice, strict_map_key=False,
-                                max_buffer_size=0)
+        except ValueError:
+            pass  # `size` does not match the entries (or they are broken): one by one below
+    unpacker = msgpack.Unpacker(raw=False, use_list=False, unicode_errors="replace", ext_hook=slice,
+                                strict_map_key=False, max_buffer_size=0)
     unpacker.feed(entries)
     return list(unpacker)
+
+
+def _codec_entries(entries: bytes) -> tuple[list[int], list[Any], list[Any] | None]:
+    """(time_ns, records, metas or None) by logport.batch's own decoder: integer times, v1.5
+    `[[time, meta], record]` entries, array map keys; BatchDecodeError for what is not an entry."""
+    parsed = list(iter_entries(entries))
+    metas = [e.meta for e in parsed]
+    return [e.time_ns for e in parsed], [e.record for e in parsed], metas if any(metas) else None
 
 
 class ColumnBuilder:
@@ -109,11 +118,19 @@ class ColumnBuilder:
         """Add the rows of one stored Event; returns how many."""
         try:
             batch = decode_batch(body)
-            items = _unpack_entries(batch.entries, batch.size)
-            times, records, metas = _split_items(items, batch.entries)
-        except (BatchDecodeError, ValueError, TypeError, msgpack.UnpackException):
+        except BatchDecodeError:
             self._add_opaque(offset, body)
             return 1
+        try:
+            times, records, metas = _split_items(_unpack_entries(batch.entries, batch.size))
+            jsons = list(map(dumps_record, records))
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
+            try:
+                times, records, metas = _codec_entries(batch.entries)
+            except BatchDecodeError:  # as `logport cat`: a batch whose entries do not decode is opaque
+                self._add_opaque(offset, body)
+                return 1
+            jsons = list(map(dumps_json, records))
         n = len(records)
         if n == 0:
             return 0
@@ -122,7 +139,7 @@ class ColumnBuilder:
         self.index.extend(range(n))
         self.tag.extend([batch.tag] * n)
         self.time_ns.extend(times)
-        self.record.extend(map(dumps_record, records))
+        self.record.extend(jsons)
         self.source.extend([source if isinstance(source, str) else None] * n)
         self.option.extend([dumps_json(batch.option)] * n)
         if metas is None:
@@ -163,22 +180,16 @@ class ColumnBuilder:
         return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def _split_items(items: Sequence[Any], entries: bytes) -> tuple[list[int], Sequence[Any], list[Any] | None]:
-    """(time_ns per entry, records, Forward v1.5 metas or None) of unpacked `[time, record]` items."""
+def _split_items(items: Sequence[Any]) -> tuple[list[int], Sequence[Any], None]:
+    """(time_ns per entry, records, no metas) when every item is `[EventTime, record]`; else ValueError."""
     n = len(items)
-    try:
-        times, records = zip(*items, strict=True) if n else ((), ())
-        # The common case: every time an EventTime (ext 0, 8 bytes: uint32 BE seconds, uint32 BE nanos).
-        stops = [t.stop for t in times]
-        if [t.start for t in times].count(0) == n and set(map(len, stops)) <= {8}:
-            pairs = struct.unpack(f">{2 * n}I", b"".join(stops))
-            return [s * _NANOS + ns for s, ns in zip(pairs[0::2], pairs[1::2], strict=True)], records, None
-    except (ValueError, TypeError, AttributeError):
-        pass
-    # Integer times, v1.5 [[time, meta], record] entries or something invalid: the codec's own path.
-    parsed = list(iter_entries(entries))
-    metas = [e.meta for e in parsed]
-    return [e.time_ns for e in parsed], [e.record for e in parsed], metas if any(metas) else None
+    times, records = zip(*items, strict=True) if n else ((), ())
+    # Every time an EventTime (ext 0, 8 bytes: uint32 BE seconds, uint32 BE nanos), as slice(0, data).
+    stops = [t.stop for t in times]
+    if [t.start for t in times].count(0) != n or not set(map(len, stops)) <= {8}:
+        raise ValueError("not every entry time is an EventTime")
+    pairs = struct.unpack(f">{2 * n}I", b"".join(stops))
+    return [s * _NANOS + ns for s, ns in zip(pairs[0::2], pairs[1::2], strict=True)], records, None
 
 
 def frames_to_batches(segment: str, stored: Iterable[tuple[int, int, bytes | memoryview]],
