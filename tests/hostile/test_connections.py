@@ -114,7 +114,12 @@ async def test_slowloris_does_not_starve_normal_clients(hub: HubProcess) -> None
                 sock.sendall(PARTIAL[name])
                 idle.append(sock)
         opened = time.monotonic() - began
-        held = await wait_for(lambda: hub.fd_count() >= baseline + 3 * SLOWLORIS, 30, "hub holding the connections")
+        # the baseline may include a descriptor or two that closed since (a metrics scrape, a port probe)
+        try:
+            held = await wait_for(lambda: hub.fd_count() >= baseline + 3 * SLOWLORIS - FD_SLACK, 30,
+                                  f"hub holding the {3 * SLOWLORIS} connections (baseline {baseline} fds)")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; it holds {hub.fd_count()} fds; log:\n{hub.log_tail(10)}") from None
         metrics = hub.metrics_text()
         assert metric_value(metrics, "logport_forward_connections") >= SLOWLORIS
         assert metric_value(metrics, "logport_segment_connections") >= SLOWLORIS
