@@ -373,3 +373,57 @@ async def test_pending_bytes_gauge_follows_the_queue(tmp_path: Path) -> None:
     await asyncio.gather(*tasks)
     assert gauge("logport_store_pending_bytes", {"segment": "s"}) == 0
     await store.close()
+
+
+async def test_appends_waiting_for_room_are_served_in_order(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_pending_bytes=4096))
+    await store.create("s")
+    sizes = [3000, 100, 5000, 10, 2000, 700, 4000, 1]  # big ones would overtake small ones if unordered
+    tasks = []
+    for i, size in enumerate(sizes * 5):
+        tasks.append(asyncio.create_task(store.append("s", [bytes([i % 256]) * size])))
+        await asyncio.sleep(0)  # each append arrives after the one before
+    results = await asyncio.gather(*tasks)
+    offsets = [r.offset for r in results]
+    assert offsets == sorted(offsets)
+    assert store.segment("s").pending_bytes == 0
+    await store.close()
+
+
+async def test_waiting_appends_are_refused_when_the_store_closes(tmp_path: Path) -> None:
+    from logport.errors import StoreClosed
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_pending_bytes=1000))
+    await store.create("s")
+    tasks = [asyncio.create_task(store.append("s", [b"c" * 900])) for _ in range(20)]
+    await asyncio.sleep(0)
+    await store.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert any(isinstance(r, StoreClosed) for r in results)
+    assert all(isinstance(r, StoreClosed) or not r.duplicate for r in results)
+
+
+async def test_a_cancelled_waiter_gives_its_room_back(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_pending_bytes=1000))
+    await store.create("s")
+    tasks = [asyncio.create_task(store.append("s", [b"c" * 900])) for _ in range(10)]
+    await asyncio.sleep(0)
+    tasks[5].cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    assert sum(isinstance(r, asyncio.CancelledError) for r in done) == 1
+    assert store.segment("s").pending_bytes == 0
+    await store.append("s", [b"after"])
+    await store.close()
+
+
+async def test_sealing_refuses_waiting_appends_and_keeps_those_already_queued(tmp_path: Path) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_pending_bytes=1000))
+    await store.create("s")
+    tasks = [asyncio.create_task(store.append("s", [b"c" * 900])) for _ in range(20)]
+    await asyncio.sleep(0)
+    info = await asyncio.wait_for(store.seal("s"), 10)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    stored = [r for r in results if not isinstance(r, BaseException)]
+    assert stored and all(isinstance(r, SegmentSealed) for r in results if isinstance(r, BaseException))
+    assert info.sealed and len(await read_all(store, "s")) == len(stored)
+    await store.close()

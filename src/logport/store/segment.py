@@ -106,7 +106,8 @@ class Segment:
         self._base = 0  # base offset of the active chunk
         self._fd = -1
         self._queue: list[_Pending] = []
-        self.pending_bytes = 0
+        self.pending_bytes = 0  # queued and reserved bytes not yet written
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -179,30 +180,61 @@ class Segment:
 
     async def append(self, parts: list[Buffer], writer: WriterCondition | None, multi: bool = True) -> AppendResult:
         """Append whole frames given as buffers; returns once durable per the fsync policy."""
-        if self._closing:
-            raise StoreClosed(f"store is closing; append to {self.name!r} refused")
-        if self.state.sealed or self._sealing:
-            raise SegmentSealed(self.name)
-        while self.pending_bytes >= self.config.max_pending_bytes and self._queue:
-            self._space.clear()
-            await self._space.wait()
-            if self._closing:
-                raise StoreClosed(f"store is closing; append to {self.name!r} refused")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AppendResult] = loop.create_future()
         pending = _Pending(parts, writer, future, multi)
+        if self._waiters or (self.pending_bytes >= self.config.max_pending_bytes and self._queue):
+            # back-pressure, first come first served: appends leave the wait in the order they came
+            turn: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((pending.size, turn))
+            try:
+                await turn  # once it resolves, our bytes are already counted in pending_bytes
+            except BaseException:
+                if turn.done() and not turn.cancelled() and turn.exception() is None:
+                    self.pending_bytes -= pending.size
+                    self._release_waiters()
+                elif (pending.size, turn) in self._waiters:
+                    self._waiters.remove((pending.size, turn))
+                raise
+            self._check_open(reserved=pending.size)
+        else:
+            self.pending_bytes += pending.size
         self._queue.append(pending)
-        self.pending_bytes += pending.size
         self._wake.set()
         return await future
+
+    def _check_open(self, reserved: int = 0) -> None:
+        error: Exception | None = None
+        if self._closing:
+            error = StoreClosed(f"store is closing; append to {self.name!r} refused")
+        elif self.state.sealed or self._sealing:
+            error = SegmentSealed(self.name)
+        if error is not None:
+            if reserved:
+                self.pending_bytes -= reserved
+                self._release_waiters()
+                self._space.set()
+            raise error
+
+    def _release_waiters(self) -> None:
+        """Let waiting appends in, oldest first, while there is room (or nothing at all is pending)."""
+        limit = self.config.max_pending_bytes
+        while self._waiters and (self.pending_bytes < limit or self.pending_bytes == 0):
+            size, turn = self._waiters.popleft()
+            if turn.done():
+                continue
+            self.pending_bytes += size
+            turn.set_result(None)
 
     async def _commit_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
-            self._wake.clear()
             if not self._queue:
                 if self._closing:
                     return
+                self._wake.clear()  # checked empty first, so a wake set by append or close is never lost
+                await self._wake.wait()
                 continue
             batch, self._queue = self._queue, []
             accepted: list[_Pending] = []
@@ -240,6 +272,7 @@ class Segment:
                     if self._on_commit is not None:
                         self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
             self.pending_bytes -= sum(p.size for p in batch)
+            self._release_waiters()
             self._space.set()
 
     def _set_writer(self, key: bytes, value: int) -> None:
@@ -407,8 +440,15 @@ class Segment:
             self._space.clear()
             await self._space.wait()
 
+    def _fail_waiters(self, error: Exception) -> None:
+        while self._waiters:
+            _, turn = self._waiters.popleft()
+            if not turn.done():
+                turn.set_exception(error)
+
     async def seal(self) -> SegmentInfo:
         self._sealing = True
+        self._fail_waiters(SegmentSealed(self.name))
         await self.drain()
         if not self.state.sealed:
             self.state.sealed = True
@@ -473,6 +513,7 @@ class Segment:
 
     async def close(self) -> None:
         self._closing = True
+        self._fail_waiters(StoreClosed(f"store is closing; append to {self.name!r} refused"))
         self._wake.set()
         self._space.set()
         self._tail.set()

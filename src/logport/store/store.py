@@ -145,12 +145,13 @@ class SegmentStore:
             parts.append(body)
         return await segment.append(parts, writer, multi=len(bodies) > 1)
 
-    async def append_framed(self, name: str, framed: bytes, *, writer: WriterCondition | None = None,
-                            create: bool = True) -> AppendResult:
+    async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
+                            writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
         """Append bytes that are already whole frames (the segment protocol's own Event messages).
 
-        The caller vouches that `framed` is a sequence of whole frames within max_frame_size.
-        Like every append it is all-or-nothing across a crash.
+        The caller vouches that `framed` is a sequence of whole frames within max_frame_size, and
+        that it does not change until this returns (it is written without a copy). Like every
+        append it is all-or-nothing across a crash.
         """
         segment = await self._get_or_create(name) if create else self.segment(name)
         return await segment.append([framed], writer)
