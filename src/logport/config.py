@@ -128,6 +128,9 @@ class SegmentServerConfig:
     keepalive_interval: float = 10.0  # KeepAlive to a reader waiting at the tail
     max_pending_bytes: int = 32 * MiB  # appended, unacknowledged bytes per connection before reading pauses
     idle_timeout: float = 0.0  # close a connection silent this long; 0 = never
+    max_connections: int = 1024  # further connections are closed at once
+    max_reads_per_connection: int = 64  # outstanding ReadSegments (each may wait at the tail)
+    max_writers_per_connection: int = 1024  # connection ids one TCP connection may set up
 
 
 @dataclass
@@ -366,7 +369,7 @@ def validate(config: Config) -> None:
         _check_positive(f"outputs.forward[{i}].max_batch_bytes", out.max_batch_bytes)
     g = config.segment
     for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
-                "max_pending_bytes"):
+                "max_pending_bytes", "max_connections", "max_reads_per_connection", "max_writers_per_connection"):
         _check_positive(f"segment.{key}", getattr(g, key))
     _check_positive("segment.read_wait", g.read_wait, zero_ok=True)
     _check_positive("segment.idle_timeout", g.idle_timeout, zero_ok=True)
@@ -383,15 +386,15 @@ def validate(config: Config) -> None:
     _check_positive("lumberjack.idle_timeout", lj.idle_timeout, zero_ok=True)
     if not lj.tag:
         raise ConfigError("config key 'lumberjack.tag' must not be empty")
-    for i, out in enumerate(config.outputs.lumberjack):
+    for i, lj_out in enumerate(config.outputs.lumberjack):
         where = f"outputs.lumberjack[{i}]"
-        _check_port(f"{where}.port", out.port)
-        if out.version not in (1, 2):
-            raise ConfigError(f"config key '{where}.version' has value {out.version}; it must be 1 or 2")
-        if not 0 <= out.compression_level <= 9:
-            raise ConfigError(f"config key '{where}.compression_level' has value {out.compression_level}; 0..9")
+        _check_port(f"{where}.port", lj_out.port)
+        if lj_out.version not in (1, 2):
+            raise ConfigError(f"config key '{where}.version' has value {lj_out.version}; it must be 1 or 2")
+        if not 0 <= lj_out.compression_level <= 9:
+            raise ConfigError(f"config key '{where}.compression_level' has value {lj_out.compression_level}; 0..9")
         for key in ("window_size", "windows_in_flight", "ack_timeout", "reconnect_delay"):
-            _check_positive(f"{where}.{key}", getattr(out, key))
+            _check_positive(f"{where}.{key}", getattr(lj_out, key))
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
     jam = config.logjam

@@ -279,6 +279,15 @@ def test_events_before_ping_are_an_authentication_error() -> None:
         server.next_event()
 
 
+@pytest.mark.parametrize("username, password", [(7, ""), ("u", 1.5), ("u", ["x"])])
+def test_a_ping_with_non_string_user_fields_is_an_authentication_error(username: object, password: object) -> None:
+    server = ServerConnection(shared_key="k", users={"u": "p"})
+    server.initiate()
+    server.receive_data(P.pack(["PING", "cli", "salt", "d" * 128, username, password]))
+    with pytest.raises(AuthenticationError, match="not a string"):
+        server.next_event()
+
+
 def test_json_is_not_accepted_with_a_shared_key() -> None:
     server = ServerConnection(shared_key="k")
     server.receive_data(b'["t", 1, {}]')

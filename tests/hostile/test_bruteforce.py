@@ -108,8 +108,6 @@ def segment_token_try(port: int, token: str) -> str:
         return "closed"
 
 
-@pytest.mark.xfail(strict=True, reason="servers/segment.py does not rate-limit failed Authenticate tokens: "
-                   "wire logport.servers._guard.FailureLimiter in (lines in the chaos/hostile report)")
 async def test_segment_token_guessing_is_rate_limited(tmp_path_factory: pytest.TempPathFactory) -> None:
     process = HubProcess(tmp_path_factory.mktemp("hostile-token"), ("segment",),
                          settings={"segment": {"token": SEGMENT_TOKEN}})

@@ -32,11 +32,6 @@ PARTIAL = {
 }
 IDLE_PER_LISTENER = 500  # half-sent connections for the memory-per-connection figure
 IDLE_BYTES_BOUND = 64 * 1024  # RSS one idle connection may cost the hub
-SEGMENT_SCRATCH_BUG = ("servers/segment.py (c246077, BufferedProtocol): protocols/segment.py Connection.__init__ allocates "
-                       "a 256 KiB self._scratch per connection, so each idle connection costs ~260 KiB of RSS (1000 "
-                       "half-sent connections: +260 MB; the segment listener has no max_connections) and the memory is "
-                       "not given back after they close; one scratch buffer per listener would do (buffer_updated "
-                       "copies out of it at once)")
 CHURN_RSS: list[int] = []  # (before, after) of the churn test
 GARBAGE = b"\xc1" * 64 + b"GET / HTTP/1.1\r\n\r\n"
 
@@ -192,7 +187,6 @@ def test_hub_log_names_the_peer_of_bad_input(hub: HubProcess) -> None:
     assert any(rec.get("logger") == "logport.segment" for rec in lines)
 
 
-@pytest.mark.xfail(strict=True, reason=SEGMENT_SCRATCH_BUG)
 def test_ten_thousand_connections_rss_growth_bounded(hub: HubProcess) -> None:
     if not CHURN_RSS:
         pytest.skip("runs after test_ten_thousand_connections_leak_nothing")
@@ -201,7 +195,7 @@ def test_ten_thousand_connections_rss_growth_bounded(hub: HubProcess) -> None:
 
 
 @pytest.mark.parametrize("listener", [
-    "forward", "lumberjack", pytest.param("segment", marks=pytest.mark.xfail(strict=True, reason=SEGMENT_SCRATCH_BUG)),
+    "forward", "lumberjack", "segment",
 ])
 async def test_idle_connection_memory(tmp_path: Path, listener: str) -> None:
     """What one half-sent, idle connection costs the hub in RSS, per listener (a fresh hub: memory

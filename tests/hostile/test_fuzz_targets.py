@@ -20,17 +20,14 @@ RANDOM_INPUTS = 400
 MUTATIONS = 20  # per seed
 
 # crash inputs atheris found: file in fuzz/regressions/ -> (target, exception it raises, the bug)
-KNOWN_BUGS = {
-    "forward-ping-int-username": (
-        "forward", "AttributeError", "protocols/forward.py _ping: a PING whose username/password digest is an int raises "
-        "AttributeError in _s() instead of ForwardProtocolError (the hub logs 'Fatal error on transport')"),
-}
+KNOWN_BUGS: dict[str, tuple[str, str, str]] = {}
 # crash file -> target, for bugs fixed since (each must stay fixed)
 FIXED: dict[str, str] = {
     "forward-tag-invalid-utf8": "forward",  # a non-UTF-8 tag killed the store task: no ack, no close (0d23540)
     "batch-record-invalid-utf8": "batch",  # a non-UTF-8 record string crashed `logport cat` (0d23540)
     "batch-record-list-key": "batch",  # an array as a map key crashed `logport cat` (0d23540)
     "batch-entry-time-other-ext": "batch",  # an entry time of another ext type crashed `logport cat` (ad1bd3a)
+    "forward-ping-int-username": "forward",  # a PING with an int username raised AttributeError in the handshake
 }
 
 

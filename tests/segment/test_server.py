@@ -549,11 +549,10 @@ async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) ->
 
 
 async def test_count_limits_per_connection(hub: Hub) -> None:
-    from logport.servers import segment as server_module
-
+    limits = hub.runtime.config.segment
     await hub.runtime.store.create("logs")  # type: ignore[union-attr]
     peer = await Peer.open(port_of(hub))
-    limit = server_module.MAX_READS_PER_CONNECTION
+    limit = limits.max_reads_per_connection
     await peer.send(*[sp.ReadSegment("logs", 0, 100, 5000) for _ in range(limit + 1)])
     while isinstance(reply := await peer.reply(), sp.SegmentRead):
         pass
@@ -561,7 +560,7 @@ async def test_count_limits_per_connection(hub: Hub) -> None:
                                          f" max_reads_per_connection {limit}")
     assert await peer.closed()
     peer = await Peer.open(port_of(hub))
-    limit = server_module.MAX_WRITERS_PER_CONNECTION
+    limit = limits.max_writers_per_connection
     await peer.send(b"".join(sp.encode(sp.SetupAppend(uuid.UUID(int=i), "logs")) for i in range(limit + 1)))
     while isinstance(reply := await peer.reply(), sp.AppendSetup):
         pass

@@ -612,8 +612,13 @@ class ServerConnection:
         raise LocalProtocolError(f"a server does not send {type(event).__name__}")
 
 
-def _s(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode("utf-8", _UNICODE)
+def _s(value: object) -> str:
+    """A handshake string field, sent as str or bin by different peers."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", _UNICODE)
+    raise AuthenticationError(f"handshake field is {type(value).__name__} {_brief(value)}, not a string")
 
 
 def _eq(a: str, b: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
@@ -620,6 +621,19 @@ class _Block:
         return b"".join(self.chunks)
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch() -> memoryview:
+    """The receive buffer outside blocks, one per thread (not per connection: 10k idle connections
+    would hold 2.5 GiB). Safe to share: the event loop fills it and calls buffer_updated, which
+    copies the bytes out, in one step."""
+    view: memoryview | None = getattr(_SCRATCH, "view", None)
+    if view is None:
+        view = _SCRATCH.view = memoryview(bytearray(256 * 1024))
+    return view
+
+
 class Connection:
     """One end of a segment-protocol connection; `role` says which messages it receives."""
 
@@ -633,7 +647,6 @@ class Connection:
         self._partial_in_block = False
         self._closed = False
         self._incoming = REQUESTS if role is Role.SERVER else REPLIES
-        self._scratch = bytearray(256 * 1024)
         self._into_region = False  # the last get_buffer handed out the block's own buffer
 
     # -- receiving --
@@ -685,7 +698,7 @@ class Connection:
                 self._into_region = True
                 return view
         self._into_region = False
-        return memoryview(self._scratch)
+        return _scratch()
 
     def buffer_updated(self, nbytes: int) -> None:
         """For `asyncio.BufferedProtocol`: `nbytes` were written into the last get_buffer()."""
@@ -695,7 +708,7 @@ class Connection:
             assert block is not None
             self._region_filled(block, nbytes)
         elif nbytes:
-            self.receive_data(bytes(memoryview(self._scratch)[:nbytes]))
+            self.receive_data(bytes(_scratch()[:nbytes]))
 
     def _only_an_event_start(self) -> bool:
         """The receive buffer holds nothing, or just the beginning of one Event of the current block."""

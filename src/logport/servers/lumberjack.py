@@ -36,6 +36,7 @@ from logport.protocols.lumberjack import (
     parse_timestamp,
 )
 from logport.runtime import Runtime
+from logport.servers._guard import ConnectionGuard
 from logport.tls import server_context
 
 log = logging.getLogger("logport.lumberjack")
@@ -147,6 +148,7 @@ class LumberjackServer:
         self.limits = Limits(cfg.max_payload_size, cfg.max_decompressed_size, cfg.max_window_size)
         self.metrics = LumberjackMetrics(runtime)
         self.connections: set[LumberjackConnection] = set()
+        self.guard = ConnectionGuard(log, max_connections=cfg.max_connections)
         self.server: asyncio.Server | None = None
         self.max_body = int(runtime.store.config.max_frame_size * BATCH_FILL)
 
@@ -210,9 +212,7 @@ class LumberjackConnection(asyncio.Protocol):
         addr = transport.get_extra_info("peername")
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         srv = self.server
-        if len(srv.connections) >= self.config.max_connections:
-            log.warning("connection refused: too many connections", extra={
-                "peer": self.peer, "limit": "max_connections", "value": len(srv.connections) + 1})
+        if not srv.guard.admit(self.peer):  # logs the refusals, throttled
             srv.metrics.errors.labels("max_connections").inc()
             self.closed = True
             self.transport.abort()  # type: ignore[union-attr]
@@ -420,4 +420,5 @@ class LumberjackConnection(asyncio.Protocol):
             self.task.cancel()
         if self in self.server.connections:
             self.server.connections.discard(self)
+            self.server.guard.release(self.peer)
             self.server.metrics.connections.dec()

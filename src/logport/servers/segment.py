@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import logging
 import time
+import typing
 import uuid
 from dataclasses import dataclass, field
 
@@ -22,14 +23,13 @@ from logport import errors
 from logport.config import SegmentServerConfig
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
+from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.store import SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
 from logport.tls import server_context
 
 log = logging.getLogger("logport.segment")
 
-MAX_READS_PER_CONNECTION = 64  # ReadSegments one connection may have outstanding (each may wait at the tail)
-MAX_WRITERS_PER_CONNECTION = 1024  # connection ids one TCP connection may set up
 
 
 @dataclass
@@ -82,6 +82,8 @@ class SegmentServer:
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.connections: set[SegmentServerProtocol] = set()
+        self.guard = ConnectionGuard(log, max_connections=self.config.max_connections)
+        self.auth_failures = FailureLimiter(log, what="segment authentication")  # slows down token guessing
         self._server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
 
@@ -155,9 +157,18 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
     # --- transport callbacks ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
+        transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
+        self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        server = self.server
+        if not server.guard.admit(self.peer):
+            transport.abort()
+            return
+        if server.config.token and not server.auth_failures.allow(self.peer):
+            server.guard.release(self.peer)
+            transport.abort()
+            return
         self.server.connections.add(self)
         self.server.metrics.connections.inc()
         self._control_task = asyncio.get_running_loop().create_task(self._run_control())
@@ -166,8 +177,10 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._can_write.set()
-        self.server.connections.discard(self)
-        self.server.metrics.connections.dec()
+        if self in self.server.connections:
+            self.server.connections.discard(self)
+            self.server.guard.release(self.peer)
+            self.server.metrics.connections.dec()
         if self._control_task is not None:
             self._control_task.cancel()
         for task in list(self.tasks):
@@ -281,19 +294,22 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
                 self.reply(sp.Authenticated())
                 return
             reason = "wrong token" if isinstance(event, sp.Authenticate) else "authentication required"
+            self.server.auth_failures.record_failure(self.peer)
             log.warning("authentication failed", extra={"peer": self.peer, "reason": reason})
             self.reply(sp.AuthenticationFailed(reason))
             self.close()
             return
         if isinstance(event, sp.ReadSegment):
-            if len(self.tasks) >= MAX_READS_PER_CONNECTION:
+            limit = self.config.max_reads_per_connection
+            if len(self.tasks) >= limit:
                 raise sp.SegmentProtocolError(f"{len(self.tasks) + 1} outstanding ReadSegment requests exceed"
-                                              f" max_reads_per_connection {MAX_READS_PER_CONNECTION}")
+                                              f" max_reads_per_connection {limit}")
             self._spawn(self._read(event))  # concurrent: a read may wait at the tail
         elif isinstance(event, sp.SetupAppend):
-            if event.connection_id not in self.writers and len(self.writers) >= MAX_WRITERS_PER_CONNECTION:
+            limit = self.config.max_writers_per_connection
+            if event.connection_id not in self.writers and len(self.writers) >= limit:
                 raise sp.SegmentProtocolError(f"{len(self.writers) + 1} connection ids exceed"
-                                              f" max_writers_per_connection {MAX_WRITERS_PER_CONNECTION}")
+                                              f" max_writers_per_connection {limit}")
             self._control.put_nowait(self._setup_append(event))
         else:
             self._control.put_nowait(event)
