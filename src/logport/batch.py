@@ -94,7 +94,8 @@ def encode_batch(tag: str, entries: bytes | Iterable[tuple[int, int, Any]], opti
     return _packer.pack([tag, bytes(entries), option])
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def ext_hook(code: int, data: bytes) -> Any:
+    """msgpack's ext_hook for stored records: EventTime as (seconds, nanoseconds), other exts as ExtType."""
     if code == EVENT_TIME_EXT and len(data) == 8:
         return _EVENT_TIME.unpack(data)
     return msgpack.ExtType(code, data)
@@ -103,7 +104,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
 def decode_batch(body: bytes | memoryview) -> StoredBatch:
     """Read `[tag, entries, option]`; the entries stay packed until iterated."""
     try:
-        obj = msgpack.unpackb(body, raw=False, unicode_errors="replace", ext_hook=_ext_hook, strict_map_key=False)
+        obj = msgpack.unpackb(body, raw=False, unicode_errors="replace", ext_hook=ext_hook, strict_map_key=False)
     except Exception as e:
         raise BatchDecodeError(f"stored event is not a msgpack batch: {e}") from None
     if not (isinstance(obj, list) and len(obj) in (2, 3) and isinstance(obj[0], str)):
@@ -118,8 +119,8 @@ def decode_batch(body: bytes | memoryview) -> StoredBatch:
 
 
 def time_of(value: Any) -> tuple[int, int]:
-    """(seconds, nanos) of a Forward time: EventTime (decoded by _ext_hook) or integer seconds."""
-    if type(value) is tuple:  # EventTime as _ext_hook decodes it (ExtType is a tuple subclass: not that)
+    """(seconds, nanos) of a Forward time: EventTime (decoded by ext_hook) or integer seconds."""
+    if type(value) is tuple:  # EventTime as ext_hook decodes it (ExtType is a tuple subclass: not that)
         return value[0], value[1]
     if isinstance(value, int) and not isinstance(value, bool):
         return value, 0
@@ -135,7 +136,7 @@ def _hashable_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 def _unpacker(entries: bytes, slow: bool) -> msgpack.Unpacker:
     """Strings that are not UTF-8 decode with U+FFFD: readers show them, they never fail on them."""
     extra: dict[str, Any] = {"object_pairs_hook": _hashable_keys} if slow else {}
-    unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace", ext_hook=_ext_hook, strict_map_key=False,
+    unpacker = msgpack.Unpacker(raw=False, unicode_errors="replace", ext_hook=ext_hook, strict_map_key=False,
                                 max_buffer_size=0, **extra)
     unpacker.feed(entries)
     return unpacker

@@ -140,17 +140,17 @@ def cmd_segments(args: argparse.Namespace) -> int:
 def cmd_cat(args: argparse.Namespace) -> int:
     from logport.eventjson import write_events
 
-    if args.server:
-        from logport.clients.segment import cat_from_server
-
-        return asyncio.run(cat_from_server(args.server, args.segment, args.offset, args.follow, sys.stdout))
-    from logport.store.reader import DirectoryReader
-
-    reader = DirectoryReader(_config(args).store.data_dir)
     try:
+        if args.server:
+            from logport.clients.segment import cat_from_server
+
+            return asyncio.run(cat_from_server(args.server, args.segment, args.offset, args.follow, sys.stdout))
+        from logport.store.reader import DirectoryReader
+
+        reader = DirectoryReader(_config(args).store.data_dir)
         for segment, offset, body in reader.follow(args.segment, args.offset, follow=args.follow):
             write_events(sys.stdout, segment, offset, body)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the way to stop --follow
         pass
     return 0
 
@@ -180,7 +180,11 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pipeline"]:  # all its options are the job's: REMAINDER would not take a leading --option
+        args = argparse.Namespace(func=cmd_pipeline, args=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except LogportError as e:

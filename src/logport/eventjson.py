@@ -43,7 +43,8 @@ def event_objects(segment: str, offset: int, body: bytes | memoryview) -> Iterat
         yield obj
 
 
-def _default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """orjson's fallback for record values JSON has no form for (bin as base64, tuples as arrays, anything else as its str)."""
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, tuple):
@@ -52,7 +53,7 @@ def _default(value: Any) -> Any:
 
 
 def dumps_event(obj: dict[str, Any]) -> bytes:
-    return orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS)
+    return orjson.dumps(obj, default=json_default, option=orjson.OPT_NON_STR_KEYS)
 
 
 def write_events(out: IO[str], segment: str, offset: int, body: bytes | memoryview) -> None:

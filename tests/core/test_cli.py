@@ -95,3 +95,10 @@ def test_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_bench_lists_its_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench"]) == 0
     assert "store" in capsys.readouterr().out
+
+
+def test_pipeline_takes_its_options_first_and_names_a_missing_data_dir(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["pipeline", "--data-dir", str(missing), "--out", str(tmp_path / "out")]) == 2
+    assert f"--data-dir '{missing}' is not a directory" in capsys.readouterr().err

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import signal
 import struct
+import sys
 import uuid
 from pathlib import Path
 
@@ -438,6 +440,25 @@ async def test_cat_from_server_and_send(hub: Hub) -> None:
     assert await client.cat_from_server(f"127.0.0.1:{port}", "lines", None, False, out) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 3 and '"raw":"Zmlyc3QgbGluZQ=="' in lines[0]
+
+
+async def test_cat_from_server_follow_stops_quietly_on_ctrl_c(hub: Hub) -> None:
+    await hub.runtime.store.append("lines", [b"one"])  # type: ignore[union-attr]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "logport.cli", "cat", "--server", f"127.0.0.1:{port_of(hub)}", "lines", "--follow",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert b'"offset":0' in await asyncio.wait_for(proc.stdout.readline(), 30)
+        await hub.runtime.store.append("lines", [b"two"])  # type: ignore[union-attr]
+        assert b"dHdv" in await asyncio.wait_for(proc.stdout.readline(), 30)  # base64 of "two"
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode()
 
 
 async def test_idle_connections_are_closed(tmp_path: Path) -> None:

@@ -90,6 +90,12 @@ def test_bad_options_are_refused(spark, tmp_path: Path) -> None:
         spark.read.format("logport").load().collect()
     with pytest.raises(Exception, match="(?i)startingoffsets"):
         spark.read.format("logport").option("path", str(tmp_path)).option("startingOffsets", "soon").load().collect()
+    with pytest.raises(Exception, match="is not a directory"):
+        spark.read.format("logport").option("path", str(tmp_path / "nowhere")).load().collect()
+
+
+def test_an_empty_data_directory_reads_as_no_rows(spark, tmp_path: Path) -> None:
+    assert read_rows(spark, str(tmp_path)) == []
 
 
 def test_chunked_and_truncated_segment(spark, tmp_path: Path) -> None:

@@ -61,7 +61,8 @@ class ReceiveBuffer:
 
     def peek(self, count: int) -> bytes:
         """Up to `count` bytes from the front, without consuming them."""
-        return bytes(self._data[self._start : self._start + count])
+        with memoryview(self._data) as view:
+            return bytes(view[self._start : self._start + count])
 
     def peek_byte(self, index: int = 0) -> int | None:
         i = self._start + index
@@ -87,7 +88,8 @@ class ReceiveBuffer:
         """Consume exactly `count` bytes; the caller checked that they are there."""
         start = self._start
         end = start + count
-        out = bytes(self._data[start:end])
+        with memoryview(self._data) as view:  # one copy (a bytearray slice would be a second)
+            out = bytes(view[start:end])
         self._advance(end)
         return out
 

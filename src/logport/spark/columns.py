@@ -19,8 +19,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logport.batch import BatchDecodeError, _ext_hook, decode_batch, iter_entries
-from logport.eventjson import _default
+from logport.batch import BatchDecodeError, decode_batch, ext_hook, iter_entries
+from logport.eventjson import json_default
 from logport.store import frames
 
 ARROW_SCHEMA = pa.schema([
@@ -48,14 +48,14 @@ _NANOS = 1_000_000_000
 _ARRAY32 = b"\xdd"
 
 # Exactly what eventjson.dumps_event does to every value it prints.
-dumps_json = functools.partial(orjson.dumps, default=_default, option=orjson.OPT_NON_STR_KEYS)
+dumps_json = functools.partial(orjson.dumps, default=json_default, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _ext_default(value: Any) -> Any:
-    """orjson's fallback for records unpacked with ext_hook=slice: each ext as batch._ext_hook makes it."""
+    """orjson's fallback for records unpacked with ext_hook=slice: each ext as batch.ext_hook makes it."""
     if type(value) is slice:
-        return _ext_hook(value.start, value.stop)
-    return _default(value)
+        return ext_hook(value.start, value.stop)
+    return json_default(value)
 
 
 # Records from the fast path carry exts as slice(code, data); they print as `logport cat` prints them.
@@ -67,7 +67,7 @@ def _unpack_entries(entries: bytes, count: int | None) -> Sequence[Any]:
 
     ext_hook=slice keeps msgpack in C for every EventTime: slice(code, data) is a builtin
     that holds both; _split_items reads the times from it in bulk and dumps_record turns
-    any ext inside a record into what batch._ext_hook returns. use_list=False: tuples are
+    any ext inside a record into what batch.ext_hook returns. use_list=False: tuples are
     cheaper to build than lists, and orjson writes both as arrays. Anything unusual raises
     (ValueError, TypeError, UnpackException) and the caller takes the codec's own path.
     """

@@ -357,7 +357,7 @@ def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> d
 
     def table(name: str) -> DataFrame | None:
         path = out / name
-        return spark.read.parquet(str(path)) if path.exists() and any(path.iterdir()) else None
+        return spark.read.parquet(str(path)) if path.exists() and any(path.rglob("*.parquet")) else None
 
     data: dict[str, list[dict[str, Any]]] = {"minutes": [], "actions": [], "exceptions": [], "traffic": []}
     minutes = table("app_minutes")
@@ -391,8 +391,11 @@ def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> d
 
 def main(args: argparse.Namespace) -> int:
     from logport.spark.report import write_report
+    from logport.spark.segments import SourceOptionError
 
     args.stream = args.stream or args.mode == "stream"
+    if args.data_dir and not Path(args.data_dir).is_dir():  # say so before Spark starts, not in a task's traceback
+        raise SourceOptionError(f"--data-dir {args.data_dir!r} is not a directory (a hub's data directory)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     spark = spark_session(args.master)

@@ -8,6 +8,7 @@ themselves. Opened in the driver to plan and in each task to read.
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -134,6 +135,8 @@ def open_segments(options: dict[str, str]) -> SegmentAccess:
         raise SourceOptionError("the logport source needs exactly one of the options path (a data directory) "
                                 "or server (HOST:PORT of a running hub)")
     if path:
+        if not os.path.isdir(path):
+            raise SourceOptionError(f"the logport source's path {path!r} is not a directory (a hub's data directory)")
         return DirectorySegments(path)
     assert server is not None
     return ServerSegments(server, float(options.get("timeout", "10")))

@@ -192,7 +192,8 @@ class LogportBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        assert isinstance(partition, SegmentRange)
+        if not isinstance(partition, SegmentRange):  # Spark reads one empty partition when there are none
+            return iter(())
         return read_range(self.options, partition)
 
 
@@ -296,7 +297,8 @@ class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.ranges(resume, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        assert isinstance(partition, SegmentRange)
+        if not isinstance(partition, SegmentRange):  # Spark reads one empty partition when there are none
+            return iter(())
         return read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
