@@ -25,6 +25,27 @@ DEFAULT_PORT = 12345
 READ_SIZE = 1024 * 1024
 
 
+
+class _FrameStitcher:
+    """Whole frames out of successive reads, which may end inside a frame: its start waits for the next read."""
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos  # offset of leftover[0], always a frame boundary
+        self.leftover = b""
+
+    @property
+    def read_at(self) -> int:
+        return self.pos + len(self.leftover)
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, int, memoryview]]:
+        data = self.leftover + data if self.leftover else data
+        consumed = 0
+        for offset, frame_type, body in frames.iter_frames(data, self.pos):
+            consumed = offset - self.pos + frames.HEADER_SIZE + len(body)
+            yield offset, frame_type, body
+        self.leftover = data[consumed:]
+        self.pos += consumed
+
 class SegmentRequestFailed(errors.LogportError):
     """The server answered a request with an error reply."""
 
@@ -131,21 +152,13 @@ class BlockingSegmentClient:
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame in [start, end); `start` on a frame boundary."""
-        leftover = b""
-        pos = start  # offset of leftover[0]
-        while pos + len(leftover) < end:
-            read_at = pos + len(leftover)
-            data, at_tail, _ = self.read(name, read_at, min(self.read_size, end - read_at))
+        stitch = _FrameStitcher(start)
+        while stitch.read_at < end:
+            data, at_tail, _ = self.read(name, stitch.read_at, min(self.read_size, end - stitch.read_at))
             if not data:
                 return
-            data = leftover + data if leftover else data
-            consumed = 0
-            for offset, frame_type, body in frames.iter_frames(data, pos):
-                consumed = offset - pos + frames.HEADER_SIZE + len(body)
-                yield offset, frame_type, body
-            leftover = data[consumed:]
-            pos += consumed
-            if at_tail and pos + len(leftover) < end:
+            yield from stitch.feed(data)
+            if at_tail and stitch.read_at < end:
                 return
 
     def create(self, name: str) -> bool:
@@ -626,28 +639,21 @@ class SegmentReader:
                      wait: float = 30.0) -> AsyncIterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame from `offset`; with `follow`, wait for more at the tail."""
         start, end, sealed = await self.info(segment)
-        pos = start if offset is None else offset
-        leftover = b""
+        stitch = _FrameStitcher(start if offset is None else offset)
         while True:
-            if not follow and (pos + len(leftover) >= end):
+            if not follow and stitch.read_at >= end:
                 return
-            read_at = pos + len(leftover)
-            length = self.read_size if follow else min(self.read_size, end - read_at)
+            length = self.read_size if follow else min(self.read_size, end - stitch.read_at)
             try:
-                reply = await self.read(segment, read_at, length, wait=wait if follow else 0.0)
+                reply = await self.read(segment, stitch.read_at, length, wait=wait if follow else 0.0)
             except (ConnectionError, TimeoutError):
                 if not follow:
                     raise
                 await self._reconnect()
-                leftover = b""  # read again from the last whole frame
+                stitch.leftover = b""  # read again from the last whole frame
                 continue
-            data = leftover + reply.data if leftover else reply.data
-            consumed = 0
-            for frame_offset, frame_type, body in frames.iter_frames(data, pos):
-                consumed = frame_offset - pos + frames.HEADER_SIZE + len(body)
-                yield frame_offset, frame_type, body
-            leftover = data[consumed:]
-            pos += consumed
+            for frame in stitch.feed(reply.data):
+                yield frame
             if reply.end_of_segment:
                 return
 
