@@ -18,8 +18,7 @@ settings.register_profile("long", max_examples=5000, deadline=None, suppress_hea
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-VECTORS = SHARED / "vectors"
+VECTORS = REPO / "tests" / "vectors"  # copies of ../shared/vectors: a clone must test without its neighbours
 NODE_MODULES = REPO / "node_modules"
 
 
