@@ -165,6 +165,9 @@ class LogjamConfig:
     subscribe_app_envs: list[str] = field(default_factory=list)  # exact app-envs to keep; empty = all
     subscribe_segment: str = ""  # segment for consumed messages; empty = `segment`
     silence_timeout: float = 30.0  # reconnect a subscription that received nothing (not even heartbeats)
+    curve_secret_key: str = ""  # Z85; when set, ROUTER, PULL and PUB speak CurveZMQ only (public key logged at start)
+    curve_allowed_clients: list[str] = field(default_factory=list)  # Z85 client public keys; empty = any client
+    subscribe_curve_server_key: str = ""  # Z85 public key of the devices in `subscribe`: they speak CurveZMQ
 
 
 @dataclass
@@ -398,6 +401,17 @@ def validate(config: Config) -> None:
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
     jam = config.logjam
+    if jam.curve_secret_key or jam.curve_allowed_clients or jam.subscribe_curve_server_key:
+        from logport.zmqcurve import check_key
+
+        if jam.curve_allowed_clients and not jam.curve_secret_key:
+            raise ConfigError("config key 'logjam.curve_allowed_clients' needs logjam.curve_secret_key")
+        if jam.curve_secret_key:
+            check_key("logjam.curve_secret_key", jam.curve_secret_key)
+        for i, key in enumerate(jam.curve_allowed_clients):
+            check_key(f"logjam.curve_allowed_clients[{i}]", key)
+        if jam.subscribe_curve_server_key:
+            check_key("logjam.subscribe_curve_server_key", jam.subscribe_curve_server_key)
     if not 0 <= jam.device_id <= 0xFFFFFFFF:
         raise ConfigError(f"config key 'logjam.device_id' has value {jam.device_id}; it must be 0..4294967295")
     for key in ("heartbeat_interval", "rcv_hwm", "pub_hwm", "max_message_size", "max_decompressed_size",

@@ -36,12 +36,24 @@ def agent_frames(i: int, compression: int = 0, size: int = 0) -> list[bytes]:
     return [APP_ENV, TOPIC, body, meta(i + 1, compression)]
 
 
+Curve = tuple[bytes, bytes, bytes]  # (server public key, our public key, our secret key), Z85
+
+
+def curve_client(sock: zmq.Socket[Any], curve: Curve | None) -> None:
+    """Plain libzmq socket options, as any CurveZMQ client (logjam-agent's included) sets them."""
+    if curve is not None:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, curve[0])
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, curve[1])
+        sock.setsockopt(zmq.CURVE_SECRETKEY, curve[2])
+
+
 class AgentProducer:
     """A DEALER connected to the device's ROUTER, written the way logjam_agent's ZMQForwarder does it."""
 
-    def __init__(self, ctx: zmq.asyncio.Context, port: int) -> None:
+    def __init__(self, ctx: zmq.asyncio.Context, port: int, curve: Curve | None = None) -> None:
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        curve_client(self.sock, curve)
         self.sock.connect(f"tcp://127.0.0.1:{port}")
 
     async def send_async(self, frames: list[bytes]) -> None:
@@ -59,9 +71,10 @@ class AgentProducer:
 
 
 class RawSubscriber:
-    def __init__(self, ctx: zmq.asyncio.Context, port: int, prefix: bytes = b"") -> None:
+    def __init__(self, ctx: zmq.asyncio.Context, port: int, prefix: bytes = b"", curve: Curve | None = None) -> None:
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        curve_client(self.sock, curve)
         self.sock.setsockopt(zmq.SUBSCRIBE, prefix)
         self.sock.connect(f"tcp://127.0.0.1:{port}")
 

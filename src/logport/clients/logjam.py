@@ -14,6 +14,7 @@ import orjson
 import zmq
 import zmq.asyncio
 
+from logport import zmqcurve
 from logport.errors import LogportError, RemoteProtocolError
 from logport.protocols import logjam as lj
 
@@ -29,7 +30,7 @@ class LogjamProducer:
 
     def __init__(self, endpoint: str = DEFAULT_ROUTER, app_env: str = "logport-production",
                  topic: str = "logs", *, compression: str = "none", device: int = 0,
-                 ctx: zmq.asyncio.Context | None = None) -> None:
+                 ctx: zmq.asyncio.Context | None = None, curve_server_key: str = "", curve_secret_key: str = "") -> None:
         self.app_env = app_env.encode()
         self.topic = topic.encode()
         lj.check_names(self.app_env, self.topic)
@@ -39,9 +40,17 @@ class LogjamProducer:
         self.endpoint = endpoint
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.asyncio.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
+        self.curve = (curve_server_key, curve_secret_key)
+        self.sock = self._connect()
         self.sock.setsockopt(zmq.LINGER, 2000)  # let queued async sends go out on close
-        self.sock.connect(endpoint)
+
+    def _connect(self) -> zmq.asyncio.Socket:
+        sock = self.ctx.socket(zmq.DEALER)
+        server_key, secret = self.curve
+        if server_key:
+            zmqcurve.make_client(sock, server_key, secret)
+        sock.connect(self.endpoint)
+        return sock
 
     def frames(self, body: Any, app_env: bytes | None = None, topic: bytes | None = None) -> list[bytes]:
         json = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -74,8 +83,7 @@ class LogjamProducer:
         except TimeoutError:
             # a DEALER would pair a late reply with the next request: start over with a fresh socket
             self.sock.close(linger=0)
-            self.sock = self.ctx.socket(zmq.DEALER)
-            self.sock.connect(self.endpoint)
+            self.sock = self._connect()
             raise LogportError(f"no reply from logjam device {self.endpoint} within {timeout} s") from None
 
     def close(self) -> None:
@@ -101,6 +109,10 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync", action="store_true", help="wait for 202 Accepted after each message")
     parser.add_argument("--ping", action="store_true", help="ping the device first and print its host name")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a reply")
+    parser.add_argument("--curve-server-key", default="", help="the device's CurveZMQ public key (Z85): encrypt")
+    parser.add_argument("--curve-secret-key", default="",
+                        help="our CurveZMQ secret key (Z85), for a device that lists allowed clients; "
+                             "default: a fresh keypair")
 
 
 def parse_line(line: bytes) -> Any:
@@ -112,7 +124,8 @@ def parse_line(line: bytes) -> Any:
 
 
 async def send_lines(args: argparse.Namespace, lines: IO[bytes]) -> int:
-    producer = LogjamProducer(args.server, args.app_env, args.topic, compression=args.compression)
+    producer = LogjamProducer(args.server, args.app_env, args.topic, compression=args.compression,
+                              curve_server_key=args.curve_server_key, curve_secret_key=args.curve_secret_key)
     sent = 0
     try:
         if args.ping:

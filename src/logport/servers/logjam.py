@@ -17,6 +17,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from logport import zmqcurve
 from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols import logjam as lj
@@ -130,16 +131,22 @@ class LogjamDevice:
         self._sockets: list[zmq.asyncio.Socket] = []
         self.publisher: LogjamPublisher | None = None
         self._peers: dict[bytes, str] = {}  # ROUTER routing id -> the sender's address
+        self.zap: zmqcurve.ZapHandler | None = None
 
     def _socket(self, kind: int, hwm_option: int, hwm: int) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(hwm_option, hwm)
+        if self.config.curve_secret_key:
+            zmqcurve.make_server(sock, self.config.curve_secret_key)
         self._sockets.append(sock)
         return sock
 
     async def start(self) -> None:
         cfg = self.config
+        if cfg.curve_allowed_clients:  # bound before any socket that asks it
+            self.zap = zmqcurve.ZapHandler(self.ctx, cfg.curve_allowed_clients, log)
+            self._spawn(self.zap.run())
         router = self._socket(zmq.ROUTER, zmq.RCVHWM, cfg.rcv_hwm)
         pull = self._socket(zmq.PULL, zmq.RCVHWM, cfg.rcv_hwm)
         pub = self._socket(zmq.PUB, zmq.SNDHWM, cfg.pub_hwm)
@@ -160,8 +167,10 @@ class LogjamDevice:
             self._spawn(run_republisher(self.runtime, segment, self.publisher, names))
         for endpoint_url in cfg.subscribe:
             self._spawn(run_subscription(self.runtime, self.ctx, endpoint_url, self.metrics, self.decoder))
+        curve = zmqcurve.public_key(cfg.curve_secret_key) if cfg.curve_secret_key else ""
         log.info("logjam device listening", extra={
-            "router": cfg.router_port, "pull": cfg.pull_port, "pub": cfg.pub_port, "device": cfg.device_id})
+            "router": cfg.router_port, "pull": cfg.pull_port, "pub": cfg.pub_port, "device": cfg.device_id,
+            "curve_public_key": curve, "curve_allowed_clients": len(cfg.curve_allowed_clients)})
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -285,6 +294,8 @@ class LogjamDevice:
                     await pending.append
         for sock in self._sockets:
             sock.close(linger=0)
+        if self.zap is not None:
+            self.zap.close()
         self.ctx.destroy(linger=0)
 
 

@@ -14,6 +14,7 @@ import asyncio
 import zmq
 import zmq.asyncio
 
+from logport import zmqcurve
 from logport.errors import ProtocolError
 from logport.protocols import logjam as lj
 from logport.runtime import Runtime
@@ -87,6 +88,8 @@ async def run_subscription(runtime: Runtime, ctx: zmq.asyncio.Context, endpoint:
             asock.setsockopt(zmq.LINGER, 0)
             asock.setsockopt(zmq.RCVHWM, cfg.rcv_hwm)
             asock.setsockopt(zmq.MAXMSGSIZE, cfg.max_message_size)
+            if cfg.subscribe_curve_server_key:
+                zmqcurve.make_client(asock, cfg.subscribe_curve_server_key, cfg.curve_secret_key)
             for prefix in sub.prefixes():
                 asock.setsockopt(zmq.SUBSCRIBE, prefix)
             asock.connect(endpoint)
