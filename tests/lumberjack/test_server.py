@@ -9,10 +9,16 @@ import ssl
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
+import msgpack
 import orjson
+import ormsgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from logport.batch import decode_batch
 from logport.config import RouteConfig, TLSConfig
 from logport.protocols.lumberjack import (
     compressed_frame,
@@ -20,6 +26,7 @@ from logport.protocols.lumberjack import (
     encode_json,
     encode_window,
 )
+from logport.servers.lumberjack import build_batches
 from tests.conftest import VECTORS
 from tests.lumberjack.harness import (
     lumberjack_config,
@@ -397,3 +404,23 @@ async def test_v1_frames_without_a_window_frame_are_acknowledged_in_v1(tmp_path:
         writer.write(b"".join(encode_data_v1(s, {"line": f"l{s}"}) for s in (1, 2)))
         assert await asyncio.wait_for(reader.readexactly(6), 5) == ack(2, b"1")
         writer.close()
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(st.dictionaries(st.text(), JSON_VALUES, max_size=8))
+def test_fast_packing_of_json_events_is_msgpack_byte_for_byte(event: dict[str, Any]) -> None:
+    """build_batches packs orjson's dicts with ormsgpack: the stored bytes must be msgpack's own."""
+    encoded = orjson.dumps(event)
+    (batch,) = [b for _, b, _ in build_batches([(1, encoded)], tag="t", tag_from_beat=False, peer="p",
+                                                max_body=1 << 30, received_ns=0)]
+    (entry,) = list(decode_batch(batch))
+    fields = orjson.loads(encoded)
+    fields.pop("@metadata", None)
+    assert ormsgpack.packb(fields) == msgpack.packb(fields, use_bin_type=True)
+    assert entry.record == fields

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgpack
 import orjson
+import ormsgpack
 from prometheus_client import Counter, Gauge
 
 from logport.batch import ENTRY_HEAD, encode_batch
@@ -92,6 +93,7 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
     default_s, default_ns = divmod(received_ns, 1_000_000_000)
     head = ENTRY_HEAD.pack
     pack = _record_packer.pack
+    fast_pack = ormsgpack.packb
     loads = orjson.loads
     head_size = ENTRY_HEAD.size
     parts: list[bytes] = []  # entry head, packed record, entry head, ...
@@ -109,19 +111,22 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
 
     for seq, item in events:
         # a J frame's JSON is decoded here, right before it is packed, so the dicts die young
+        pack_record = pack
         if type(item) is dict:
             fields = item
         else:
             try:
                 fields = loads(item)
+                pack_record = fast_pack  # what orjson makes, ormsgpack packs byte for byte as msgpack does
             except orjson.JSONDecodeError:
                 fields = json_fields(seq, item)  # raises the protocol's error for it
             if type(fields) is not dict:
                 fields = json_fields(seq, item)
+                pack_record = pack
         meta = fields.pop("@metadata", None)
         t = parse_timestamp(fields.get("@timestamp"))
         seconds, nanos = t if t is not None else (default_s, default_ns)
-        record = pack(fields)
+        record = pack_record(fields)
         entry_bytes = len(record) + head_size
         if meta != run_meta or (parts and run_bytes + entry_bytes > max_body):
             close_run()
