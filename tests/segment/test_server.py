@@ -461,6 +461,33 @@ async def test_cat_from_server_follow_stops_quietly_on_ctrl_c(hub: Hub) -> None:
     assert proc.returncode == 0 and b"Traceback" not in err, err.decode()
 
 
+async def test_a_following_reader_reconnects_across_a_hub_restart(tmp_path: Path) -> None:
+    config = hub_config(tmp_path)
+    h = Hub(config, serve_metrics=False)
+    await h.start()
+    await h.runtime.store.append("lines", [b"before"])  # type: ignore[union-attr]
+    got: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def follow() -> None:
+        async with client.SegmentReader("127.0.0.1", config.segment.port, timeout=30.0) as reader:
+            async for _, body in reader.events("lines", follow=True, wait=1.0):
+                await got.put(bytes(body))
+
+    task = asyncio.create_task(follow())
+    try:
+        assert await asyncio.wait_for(got.get(), 10) == b"before"
+        await h.stop()
+        await asyncio.sleep(0.5)  # the reader finds nobody listening for a while
+        h = Hub(config, serve_metrics=False)
+        await h.start()
+        await h.runtime.store.append("lines", [b"after"])  # type: ignore[union-attr]
+        assert await asyncio.wait_for(got.get(), 10) == b"after"  # from where it was: nothing twice
+        assert got.empty()
+    finally:
+        task.cancel()
+        await h.stop()
+
+
 async def test_idle_connections_are_closed(tmp_path: Path) -> None:
     h = Hub(hub_config(tmp_path, idle_timeout=0.2), serve_metrics=False)
     await h.start()
