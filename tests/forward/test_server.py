@@ -31,9 +31,15 @@ async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter
 async def send_chunk(port: int, chunk: str, data: bytes, tag: str = "t") -> object:
     r, w = await connect(port)
     w.write(fp.encode_packed_forward(tag, data, {"chunk": chunk}))
-    reply = msgpack.unpackb(await asyncio.wait_for(r.read(1000), 10))
-    w.close()
-    return reply
+    unpacker = msgpack.Unpacker()
+    while True:
+        data = await asyncio.wait_for(r.read(65536), 10)
+        if not data:
+            raise ConnectionError("closed without a reply")
+        unpacker.feed(data)
+        for reply in unpacker:
+            w.close()
+            return reply
 
 
 async def closed_without_reply(r: asyncio.StreamReader, timeout: float = 10) -> None:
@@ -74,6 +80,17 @@ async def test_retried_chunk_is_acked_not_stored_twice_also_after_restart(tmp_pa
         assert len(await stored_events(hub)) == 7
         assert hub.runtime is not None
         assert hub.runtime.metrics.registry.get_sample_value("logport_forward_duplicate_chunks_total") == 1
+
+
+async def test_a_long_chunk_id_is_deduplicated_by_its_hash(tmp_path: Path) -> None:
+    config = forward_config(tmp_path)
+    config.store.chunk_size = 64 * 1024  # rolls: every new chunk file holds the writer table
+    long_id = "L" * 70_000  # kept as its hash: too long for the writer table of every chunk file
+    async with running_hub(config) as hub:
+        for _ in range(2):
+            assert await send_chunk(config.forward.port, long_id, entries(50, size=1000)) == {"ack": long_id}
+        assert await send_chunk(config.forward.port, "after", entries(1)) == {"ack": "after"}
+        assert len(await stored_events(hub)) == 51
 
 
 async def test_bin_chunk_is_acked_as_bin(tmp_path: Path) -> None:

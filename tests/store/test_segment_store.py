@@ -363,6 +363,87 @@ async def test_a_failed_write_acknowledges_nothing_and_the_store_goes_on(tmp_pat
     await store.close()
 
 
+async def test_a_retry_in_the_same_group_as_a_failed_write_fails_with_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.errors import StoreWriteFailed
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+
+    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", disk_full)
+    first, retry = await asyncio.gather(store.append("s", [b"x"], writer=WriterCondition(b"w", end=1)),
+                                        store.append("s", [b"x"], writer=WriterCondition(b"w", end=1)),
+                                        return_exceptions=True)
+    assert isinstance(first, StoreWriteFailed)
+    assert isinstance(retry, StoreWriteFailed)  # not acknowledged as a duplicate of what was never stored
+    monkeypatch.undo()
+    again = await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
+    assert not again.duplicate
+    await store.close()
+
+
+async def test_a_failed_write_after_a_roll_removes_the_new_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.errors import StoreWriteFailed
+
+    config = StoreConfig(data_dir=str(tmp_path), chunk_size=4096)
+    store = await SegmentStore.open(config)
+    await store.append("s", [b"a" * 3000], writer=WriterCondition(b"w", end=1))  # new chunks get a writer table
+    bases = list_chunk_bases(tmp_path / "segments" / "s")
+
+    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", disk_full)
+    with pytest.raises(StoreWriteFailed):
+        await store.append("s", [b"b" * 3000])
+    assert list_chunk_bases(tmp_path / "segments" / "s") == bases
+    monkeypatch.undo()
+    await store.append("s", [b"c" * 3000])
+    await store.close()
+    store = await SegmentStore.open(config)
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"c"]
+    await store.close()
+
+
+async def test_a_writer_key_too_long_for_the_chunk_table_is_refused(store: SegmentStore) -> None:
+    with pytest.raises(StoreError, match="writer key of 70000 bytes .* limit of 1024"):
+        await store.append("s", [b"x"], writer=WriterCondition(b"k" * 70000, end=1))
+    assert not (await store.append("s", [b"y"], writer=WriterCondition(b"k" * 1024, end=1))).duplicate
+
+
+async def test_an_unexpected_error_fails_its_group_and_the_store_goes_on(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.errors import StoreWriteFailed
+    from logport.store.segment import Segment
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+    real = Segment._write_sync
+
+    def broken(self: Segment, accepted: list) -> list[int]:
+        monkeypatch.setattr(Segment, "_write_sync", real)
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Segment, "_write_sync", broken)
+    with pytest.raises(StoreWriteFailed, match="a bug"):
+        await store.append("s", [b"x"])
+    assert not (await store.append("s", [b"y"])).duplicate
+    await store.close()
+
+
+async def test_a_cancelled_retry_does_not_stop_the_commit_loop(store: SegmentStore) -> None:
+    await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
+    retry = asyncio.create_task(store.append("s", [b"x"], writer=WriterCondition(b"w", end=1)))
+    await asyncio.sleep(0)
+    retry.cancel()
+    assert (await store.append("s", [b"y"])).offset > 0
+    with pytest.raises(asyncio.CancelledError):
+        await retry
+
+
 async def test_pending_bytes_gauge_follows_the_queue(tmp_path: Path) -> None:
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
     await store.create("s")

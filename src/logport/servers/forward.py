@@ -11,6 +11,7 @@ also across restarts, for as long as the store keeps that id
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import socket
 import time
@@ -294,7 +295,7 @@ class ForwardConnection(asyncio.Protocol):
                 bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
             writer = None
             if chunk is not None and self.config.exactly_once:
-                writer = WriterCondition(key=b"fwd:" + fp.as_bytes(chunk), end=1)
+                writer = WriterCondition(key=_writer_key(fp.as_bytes(chunk)), end=1)
             count, mode, nbytes = batch.size, batch.mode, len(entries)
             del batch, entries, pieces  # while the store works, hold one copy of the data, not three
             if count:
@@ -345,3 +346,12 @@ async def start(runtime: Runtime) -> ForwardServer:
     server = ForwardServer(runtime)
     await server.start()
     return server
+
+
+def _writer_key(chunk: bytes) -> bytes:
+    """The store's exactly-once key of a chunk id: the id itself (Fluentd and Fluent Bit send 24
+    base64 characters), or its SHA-256 when a peer sends a long one (the key goes in every chunk
+    file's writer table)."""
+    if len(chunk) <= 64:
+        return b"fwd:" + chunk
+    return b"fwd#" + hashlib.sha256(chunk).digest()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from logport.errors import (
 )
 from logport.store import frames
 from logport.store.files import ChunkReader, SegmentState, chunk_path, fsync_dir, list_chunk_bases
+
+log = logging.getLogger("logport.store")
+MAX_WRITER_KEY = 1024  # the chunk's writer table stores key lengths as uint16
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,17 @@ class _Pending:
         self.multi = multi  # several frames: needs a record that makes it all-or-nothing
 
 
+def _resolve(p: _Pending, result: AppendResult) -> None:
+    if not p.future.done():  # a cancelled appender's future is done already
+        p.future.set_result(result)
+
+
+def _fail(pendings: Iterable[_Pending], error: Exception) -> None:
+    for p in pendings:
+        if not p.future.done():
+            p.future.set_exception(error)
+
+
 OnCommit = Callable[[str, int, int], None]  # (segment, appends, bytes)
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
 
@@ -107,7 +122,7 @@ class Segment:
         self._fd = -1
         self._queue: list[_Pending] = []
         self.pending_bytes = 0  # queued and reserved bytes not yet written
-        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._waiters: collections.deque[_Pending] = collections.deque()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -181,51 +196,42 @@ class Segment:
     async def append(self, parts: list[Buffer], writer: WriterCondition | None, multi: bool = True) -> AppendResult:
         """Append whole frames given as buffers; returns once durable per the fsync policy."""
         self._check_open()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[AppendResult] = loop.create_future()
+        if writer is not None and len(writer.key) > MAX_WRITER_KEY:
+            raise StoreError(f"writer key of {len(writer.key)} bytes for segment {self.name!r} "
+                             f"exceeds the limit of {MAX_WRITER_KEY}")
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         pending = _Pending(parts, writer, future, multi)
         if self._waiters or (self.pending_bytes >= self.config.max_pending_bytes and self._queue):
-            # back-pressure, first come first served: appends leave the wait in the order they came
-            turn: asyncio.Future[None] = loop.create_future()
-            self._waiters.append((pending.size, turn))
-            try:
-                await turn  # once it resolves, our bytes are already counted in pending_bytes
-            except BaseException:
-                if turn.done() and not turn.cancelled() and turn.exception() is None:
-                    self.pending_bytes -= pending.size
-                    self._release_waiters()
-                elif (pending.size, turn) in self._waiters:
-                    self._waiters.remove((pending.size, turn))
-                raise
-            self._check_open(reserved=pending.size)
+            # back-pressure, first come first served: _release_waiters queues them in the order they came
+            self._waiters.append(pending)
         else:
-            self.pending_bytes += pending.size
+            self._enqueue(pending)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if pending in self._waiters:  # still waiting for room: give its turn up
+                self._waiters.remove(pending)
+                self._release_waiters()
+            raise  # once queued it is written all the same: a cancelled append's outcome is unknown
+
+    def _enqueue(self, pending: _Pending) -> None:
+        self.pending_bytes += pending.size
         self._queue.append(pending)
         self._wake.set()
-        return await future
 
-    def _check_open(self, reserved: int = 0) -> None:
-        error: Exception | None = None
+    def _check_open(self) -> None:
         if self._closing:
-            error = StoreClosed(f"store is closing; append to {self.name!r} refused")
-        elif self.state.sealed or self._sealing:
-            error = SegmentSealed(self.name)
-        if error is not None:
-            if reserved:
-                self.pending_bytes -= reserved
-                self._release_waiters()
-                self._space.set()
-            raise error
+            raise StoreClosed(f"store is closing; append to {self.name!r} refused")
+        if self.state.sealed or self._sealing:
+            raise SegmentSealed(self.name)
 
     def _release_waiters(self) -> None:
-        """Let waiting appends in, oldest first, while there is room (or nothing at all is pending)."""
+        """Queue waiting appends, oldest first, while there is room (or nothing at all is pending)."""
         limit = self.config.max_pending_bytes
         while self._waiters and (self.pending_bytes < limit or self.pending_bytes == 0):
-            size, turn = self._waiters.popleft()
-            if turn.done():
-                continue
-            self.pending_bytes += size
-            turn.set_result(None)
+            pending = self._waiters.popleft()
+            if not pending.future.done():
+                self._enqueue(pending)
 
     async def _commit_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -237,46 +243,59 @@ class Segment:
                 await self._wake.wait()
                 continue
             batch, self._queue = self._queue, []
-            accepted: list[_Pending] = []
-            claimed: dict[bytes, int] = {}
-            for p in batch:
-                w = p.writer
-                if w is not None:
-                    current = claimed.get(w.key, self.writers.get(w.key, 0))
-                    if w.end <= current:
-                        p.future.set_result(AppendResult(self.end, self.end, True, current))
-                        continue
-                    if w.start is not None and w.start != current:
-                        p.future.set_exception(WriterOffsetMismatch(self.name, w.key, current, w.start))
-                        continue
-                    claimed[w.key] = w.end
-                accepted.append(p)
-            if accepted:
-                try:
-                    offsets = await loop.run_in_executor(None, self._write_sync, accepted)
-                except OSError as e:
-                    error = StoreWriteFailed(f"writing to segment {self.name!r} failed: {e}; nothing was acknowledged")
-                    for p in accepted:
-                        if not p.future.done():
-                            p.future.set_exception(error)
-                else:
-                    for key, value in claimed.items():
-                        self._set_writer(key, value)
-                    self.end = self._write_pos
-                    for p, offset in zip(accepted, offsets, strict=True):
-                        if not p.future.done():
-                            w = p.writer
-                            p.future.set_result(AppendResult(offset, self.end, False, w.end if w else None))
-                    self._tail.set()
-                    self._tail = asyncio.Event()
-                    if self._on_commit is not None:
-                        self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
+            try:
+                await self._commit(batch)
+            except Exception as e:  # a bug, not an I/O error: fail this batch, keep serving the next
+                log.exception("commit to segment %r failed", self.name)
+                _fail(batch, StoreWriteFailed(f"writing to segment {self.name!r} failed: {e!r}; "
+                                              f"nothing was acknowledged"))
             self.pending_bytes -= sum(p.size for p in batch)
             self._release_waiters()
             self._space.set()
             # one turn of the loop before the next group: the appenders just acknowledged (and the
             # waiters just let in) join it instead of waiting a whole fsync for the one after
             await asyncio.sleep(0)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        """Write one group: check writer conditions, write the rest, then resolve every append."""
+        accepted: list[_Pending] = []
+        retries: list[_Pending] = []  # repeat an append earlier in this same group: their fate is its fate
+        claimed: dict[bytes, int] = {}
+        for p in batch:
+            w = p.writer
+            if w is not None:
+                current = claimed.get(w.key, self.writers.get(w.key, 0))
+                if w.end <= current:
+                    if w.key in claimed:
+                        retries.append(p)
+                    else:
+                        _resolve(p, AppendResult(self.end, self.end, True, current))
+                    continue
+                if w.start is not None and w.start != current:
+                    _fail([p], WriterOffsetMismatch(self.name, w.key, current, w.start))
+                    continue
+                claimed[w.key] = w.end
+            accepted.append(p)
+        if not accepted:
+            return
+        try:
+            offsets = await asyncio.get_running_loop().run_in_executor(None, self._write_sync, accepted)
+        except OSError as e:
+            _fail(accepted + retries,
+                  StoreWriteFailed(f"writing to segment {self.name!r} failed: {e}; nothing was acknowledged"))
+            return
+        for key, value in claimed.items():
+            self._set_writer(key, value)
+        self.end = self._write_pos
+        for p, offset in zip(accepted, offsets, strict=True):
+            _resolve(p, AppendResult(offset, self.end, False, p.writer.end if p.writer else None))
+        for p in retries:
+            assert p.writer is not None
+            _resolve(p, AppendResult(self.end, self.end, True, claimed[p.writer.key]))
+        self._tail.set()
+        self._tail = asyncio.Event()
+        if self._on_commit is not None:
+            self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
 
     def _set_writer(self, key: bytes, value: int) -> None:
         self.writers[key] = value
@@ -304,8 +323,8 @@ class Segment:
                     self._flush(parts, pos)
                     parts = []
                     self._sync_active()
+                    created.append(pos)  # before pos moves past the new chunk's head: _undo deletes it
                     pos += self._roll(pos, self._pruned(writers))
-                    created.append(pos)
                 if record:
                     parts.append(record)
                 if p.writer is not None:
@@ -444,10 +463,8 @@ class Segment:
             await self._space.wait()
 
     def _fail_waiters(self, error: Exception) -> None:
-        while self._waiters:
-            _, turn = self._waiters.popleft()
-            if not turn.done():
-                turn.set_exception(error)
+        _fail(self._waiters, error)
+        self._waiters.clear()
 
     async def seal(self) -> SegmentInfo:
         self._sealing = True
