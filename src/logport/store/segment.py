@@ -234,7 +234,6 @@ class Segment:
                 self._enqueue(pending)
 
     async def _commit_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             if not self._queue:
                 if self._closing:
