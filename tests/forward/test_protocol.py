@@ -167,11 +167,19 @@ def test_chunk_ack_same_msgpack_type() -> None:
     (P.pack(["t", b"nope", {"compressed": "zstd"}]), "zstd payload is invalid"),
     (b"\xc1", "invalid msgpack"),
     (b"[1, 2, oops]", "invalid JSON"),
+    (b'["t", 1, {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]", "JSON nested deeper than the limit of 512"),
 ])
 def test_remote_protocol_errors(wire: bytes, message: str) -> None:
     with pytest.raises(RemoteProtocolError, match=re.escape(message)) as info:
         events(wire, peer="10.0.0.1:5000")
     assert info.value.peer == "10.0.0.1:5000"
+
+
+def test_json_nested_up_to_the_limit_is_accepted() -> None:
+    record = b'{"a": ' + b"[" * 510 + b"]" * 510 + b"}"
+    [batch] = events(b'["t", 1, ' + record + b"]")
+    assert isinstance(batch, EventBatch)
+    assert times_and_records(batch) == [(1, 0, json.loads(record))]
 
 
 def test_chunk_size_limit_names_peer_limit_and_size() -> None:

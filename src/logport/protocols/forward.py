@@ -36,6 +36,7 @@ __all__ = [
 
 DEFAULT_CHUNK_SIZE_LIMIT = 16 * 1024 * 1024  # as [forward] chunk_size_limit
 DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
+MAX_JSON_DEPTH = 512  # JSON mode: well inside json.loads' recursion and msgpack's nesting limits
 _UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
 
 
@@ -482,6 +483,8 @@ class ServerConnection:
                 in_string = True
             elif c in (0x5B, 0x7B):
                 depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise ForwardProtocolError(f"JSON nested deeper than the limit of {MAX_JSON_DEPTH}")
             elif c in (0x5D, 0x7D):
                 depth -= 1
                 if depth <= 0:
@@ -498,7 +501,7 @@ class ServerConnection:
         text = buf.extract(end)
         try:
             return json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise ForwardProtocolError(f"invalid JSON: {e}") from None
 
     def _interpret(self, obj: Any) -> EventBatch | Heartbeat | Ping:
