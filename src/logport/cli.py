@@ -107,10 +107,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(config.hub.log_level, config.hub.log_format)
     try:
         import uvloop
-
-        uvloop.run(serve_forever(config))
-    except ImportError:
+    except ImportError:  # only the import: an ImportError from inside the hub must not start it twice
         asyncio.run(serve_forever(config))
+    else:
+        uvloop.run(serve_forever(config))
     return 0
 
 

@@ -382,6 +382,10 @@ async def test_a_retry_in_the_same_group_as_a_failed_write_fails_with_it(tmp_pat
     monkeypatch.undo()
     again = await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
     assert not again.duplicate
+    assert (await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))).duplicate
+    sample = store.metrics.registry.get_sample_value
+    assert sample("logport_store_write_errors_total", {"segment": "s"}) == 2
+    assert sample("logport_store_append_duplicates_total", {"segment": "s"}) == 1
     await store.close()
 
 

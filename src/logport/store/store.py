@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 
 from logport.config import StoreConfig
-from logport.errors import NoSuchSegment, SegmentExists, StoreClosed, StoreLimitExceeded
+from logport.errors import (
+    NoSuchSegment,
+    SegmentExists,
+    StoreClosed,
+    StoreLimitExceeded,
+    StoreWriteFailed,
+)
 from logport.metrics import Metrics
 from logport.store import frames
 from logport.store.files import SEGMENTS_DIR, check_segment_name
@@ -143,7 +149,7 @@ class SegmentStore:
         for body in bodies:
             parts.append(pack(frames.EVENT, len(body)))
             parts.append(body)
-        return await segment.append(parts, writer, multi=len(bodies) > 1)
+        return await self._counted(segment, segment.append(parts, writer, multi=len(bodies) > 1))
 
     async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                             writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
@@ -154,7 +160,17 @@ class SegmentStore:
         append it is all-or-nothing across a crash.
         """
         segment = await self._get_or_create(name) if create else self.segment(name)
-        return await segment.append([framed], writer)
+        return await self._counted(segment, segment.append([framed], writer))
+
+    async def _counted(self, segment: Segment, append: Awaitable[AppendResult]) -> AppendResult:
+        try:
+            result = await append
+        except StoreWriteFailed:
+            self.metrics.write_errors.labels(segment.name).inc()
+            raise
+        if result.duplicate:
+            self.metrics.append_duplicates.labels(segment.name).inc()
+        return result
 
     def writer_offset(self, name: str, key: bytes) -> int:
         """The stored offset of a writer (0 for one never seen)."""
