@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.protocols import lumberjack
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
     Ack,
@@ -35,9 +36,14 @@ V1, V2 = 0x31, 0x32
 
 
 def events_of(data: bytes, role: Role = Role.SERVER, limits: Limits | None = None, chunk: int = 0) -> list:
-    conn = Connection(role, limits, peer="10.0.0.1:4000")
-    out = []
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
+    out: list = []
+    decode_into(out, Connection(role, limits, peer="10.0.0.1:4000"), pieces)
+    return out
+
+
+def decode_into(out: list, conn: Connection, pieces: list[bytes]) -> None:
+    """Feed `pieces` one receive_data each, appending the events to `out`."""
     for piece in pieces:
         conn.receive_data(piece)
         while (event := conn.next_event()) is not NEED_DATA:
@@ -47,7 +53,6 @@ def events_of(data: bytes, role: Role = Role.SERVER, limits: Limits | None = Non
                 out[-1] = DataFrames(event.version, out[-1].frames + event.frames)
             else:
                 out.append(event)
-    return out
 
 
 def Data(version: int, seq: int, fields: dict) -> DataFrames:  # noqa: N802 - reads like an event in tables
@@ -64,6 +69,7 @@ def u32(n: int) -> bytes:
 
 J1 = encode_json(1, b'{"a":1}')
 D1 = b"1D" + u32(7) + u32(2) + u32(1) + b"k" + u32(1) + b"v" + u32(4) + b"host" + u32(2) + b"h1"
+D_DUPLICATE_KEYS = b"1D" + u32(8) + u32(3) + (u32(1) + b"k" + u32(1) + b"a") * 2 + u32(1) + b"k" + u32(1) + b"b"
 
 DECODE_TABLE = [
     ("window v2", b"2W" + u32(5), [WindowSize(V2, 5)]),
@@ -71,6 +77,9 @@ DECODE_TABLE = [
     ("json", J1, [Data(V2, 1, {"a": 1})]),
     ("v1 data", D1, [Data(V1, 7, {"k": "v", "host": "h1"})]),
     ("v1 data, no pairs", b"1D" + u32(3) + u32(0), [Data(V1, 3, {})]),
+    ("v1 data, duplicate keys", D_DUPLICATE_KEYS + D1, [frames(V1, (8, {"k": "b"}), (7, {"k": "v", "host": "h1"}))]),
+    ("v1 data, compressed then not", compressed_frame(V1, D1) + D1,
+     [frames(V1, (7, {"k": "v", "host": "h1"}), (7, {"k": "v", "host": "h1"}))]),
     ("compressed", compressed_frame(V2, [J1, encode_json(2, b"{}")]), [frames(V2, (1, {"a": 1}), (2, {}))]),
     ("v1 then v2", D1 + J1, [Data(V1, 7, {"k": "v", "host": "h1"}), Data(V2, 1, {"a": 1})]),
     ("window splits runs", J1 + encode_window(V2, 1) + J1, [Data(V2, 1, {"a": 1}), WindowSize(V2, 1), Data(V2, 1, {"a": 1})]),
@@ -134,6 +143,26 @@ def test_events_before_an_error_come_out_first_and_the_error_sticks() -> None:
     conn.receive_data(J1)  # ignored once broken
     with pytest.raises(RemoteProtocolError):
         conn.next_event()
+
+
+def test_a_data_frame_arriving_in_small_reads_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read resumes the incomplete D frame where the last one stopped: O(pairs + reads), not O(pairs * reads)."""
+    fields = {f"key{i:05d}": f"value {i}" for i in range(20_000)}
+    frame = encode_data_v1(7, fields)
+    pieces = [frame[i : i + 7] for i in range(0, len(frame), 7)]
+    read_pair = lumberjack._read_pair
+    calls = 0
+
+    def counting_read_pair(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        assert calls <= len(fields) + len(pieces), "the D frame was parsed again from its start"
+        return read_pair(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lumberjack, "_read_pair", counting_read_pair)
+    out: list = []
+    decode_into(out, Connection(Role.SERVER), pieces)
+    assert out == [Data(V1, 7, fields)]
 
 
 def test_tls_byte_only_matters_first() -> None:
@@ -301,3 +330,28 @@ def test_raw_json_mode_hands_out_the_json_bytes(chunk: int) -> None:
     assert json_fields(2, got[1][1]) == {"b": 2}
     with pytest.raises(RemoteProtocolError, match="J frame seq 3 holds JSON list"):
         json_fields(3, got[2][1])
+
+
+def outcome(data: bytes, sizes: list[int]) -> list:
+    """The events, then the error if any, of `data` fed in pieces of `sizes` (then the rest)."""
+    pieces, pos = [], 0
+    for n in [*sizes, len(data)]:
+        pieces.append(data[pos : pos + n])
+        pos += n
+    out: list = []
+    try:
+        decode_into(out, Connection(Role.SERVER, SMALL, peer="10.0.0.1:4000"), pieces)
+    except RemoteProtocolError as e:
+        out.append(f"{type(e).__name__}: {e}")
+    return out
+
+
+@given(st.lists(frame_strategy, max_size=8), st.data())
+def test_how_the_bytes_are_split_never_changes_what_they_decode_to(frames: list[bytes], data: st.DataObject) -> None:
+    stream = bytearray(b"".join(frames))
+    for _ in range(data.draw(st.integers(0, 2))):
+        if stream:
+            stream[data.draw(st.integers(0, len(stream) - 1))] = data.draw(st.integers(0, 255))
+    stream += data.draw(st.binary(max_size=16))
+    sizes = data.draw(st.lists(st.integers(1, 24), max_size=64))
+    assert outcome(bytes(stream), sizes) == outcome(bytes(stream), [])

@@ -118,6 +118,8 @@ class Connection:
         self._run_version = V2
         self._error: RemoteProtocolError | None = None
         self._fresh = True
+        # the incomplete D frame at the buffer's front: (its bytes parsed, pairs parsed, fields so far)
+        self._partial_data: tuple[int, int, dict[str, str]] | None = None
 
     # --- receiving ---
 
@@ -225,7 +227,7 @@ class Connection:
             self._inflate(memoryview(data)[pos + 6 : stop], depth)
             return stop
         if kind == DATA:
-            return self._parse_data_frame(data, pos, end, version)
+            return self._parse_data_frame(data, pos, end, version, depth)
         if kind == ACK:
             raise RemoteProtocolError("'A' frame from a lumberjack client: only the server acknowledges")
         raise RemoteProtocolError(f"invalid lumberjack frame type 0x{kind:02x} (version '{chr(version)}')")
@@ -268,24 +270,31 @@ class Connection:
             self._events.append(DataFrames(self._run_version, self._run))
             self._run = []
 
-    def _parse_data_frame(self, data: bytes | bytearray, pos: int, end: int, version: int) -> int | None:
+    def _parse_data_frame(self, data: bytes | bytearray, pos: int, end: int, version: int,
+                          depth: int) -> int | None:
+        """A `D` frame has no length to wait for: an incomplete one in the receive buffer (depth 0) keeps
+        what it parsed and resumes there, so one arriving in many small reads is parsed once, not once per read.
+        """
         limit = self.limits.max_payload_size
         if end - pos < 10:
             return None
         seq, pairs = _U32_PAIR.unpack_from(data, pos + 2)
         if pairs * 8 > limit:
             raise LimitExceeded("D frame", pairs * 8, "max_payload_size", limit)
-        p = pos + 10
-        fields: dict[str, str] = {}
-        for _ in range(pairs):
-            key = _read_string(data, p, end, pos, limit)
-            if key is None:
+        if depth == 0 and self._partial_data is not None:
+            parsed, first, fields = self._partial_data
+            p = pos + parsed
+            self._partial_data = None
+        else:
+            p, first, fields = pos + 10, 0, {}
+        for i in range(first, pairs):
+            pair = _read_pair(data, p, end, pos, limit)
+            if pair is None:
+                if depth == 0:
+                    self._partial_data = (p - pos, i, fields)
                 return None
-            value = _read_string(data, key[1], end, pos, limit)
-            if value is None:
-                return None
-            fields[key[0]] = value[0]
-            p = value[1]
+            key, value, p = pair
+            fields[key] = value
         if version != self._run_version:
             self._end_run()
             self._run_version = version
@@ -341,18 +350,27 @@ class Connection:
         raise LocalProtocolError(f"cannot send {event!r}")
 
 
-def _read_string(data: bytes | bytearray, p: int, end: int, frame_start: int,
-                 limit: int) -> tuple[str, int] | None:
-    """A `D` frame's uint32-length-prefixed key or value at `p`: (text, next position), None if incomplete."""
+def _read_pair(data: bytes | bytearray, p: int, end: int, frame_start: int,
+               limit: int) -> tuple[str, str, int] | None:
+    """A `D` frame's key and value (each uint32-length-prefixed) at `p`: (key, value, next position).
+
+    None if the pair is incomplete, before decoding anything: a big pair arriving in many reads
+    costs O(1) per read until it is all there.
+    """
     if end - p < 4:
         return None
-    length = _U32.unpack_from(data, p)[0]
-    stop = p + 4 + length
+    key_stop = p + 4 + _U32.unpack_from(data, p)[0]
+    if key_stop - frame_start > limit:
+        raise LimitExceeded("D frame", key_stop - frame_start, "max_payload_size", limit)
+    if end - key_stop < 4:
+        return None
+    stop = key_stop + 4 + _U32.unpack_from(data, key_stop)[0]
     if stop - frame_start > limit:
         raise LimitExceeded("D frame", stop - frame_start, "max_payload_size", limit)
     if stop > end:
         return None
-    return bytes(data[p + 4 : stop]).decode("utf-8", "replace"), stop
+    key = data[p + 4 : key_stop].decode("utf-8", "replace")
+    return key, data[key_stop + 4 : stop].decode("utf-8", "replace"), stop
 
 
 def json_fields(seq: int, payload: bytes | bytearray | memoryview) -> dict[str, Any]:
