@@ -133,6 +133,15 @@ def test_error_table(data: bytes, error: type[Exception], message: str) -> None:
     assert info.value.peer == "10.0.0.1:4000"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("payload", [b"[" * 100_000, b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+                         ids=["brackets", "object"])
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "compressed"])
+def test_json_nested_past_orjsons_limit_is_a_protocol_error(payload: bytes, compressed: bool) -> None:
+    frame = encode_json(1, payload)
+    with pytest.raises(RemoteProtocolError, match="J frame seq 1 is not valid JSON: depth limit exceeded"):
+        events_of(compressed_frame(V2, frame) if compressed else frame)
+
+
 def test_events_before_an_error_come_out_first_and_the_error_sticks() -> None:
     conn = Connection(Role.SERVER)
     conn.receive_data(J1 + b"2Z")

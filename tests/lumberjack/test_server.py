@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 
 from logport.batch import decode_batch
 from logport.config import RouteConfig, TLSConfig
+from logport.errors import RemoteProtocolError
 from logport.protocols.lumberjack import (
     compressed_frame,
     encode_data_v1,
     encode_json,
     encode_window,
 )
-from logport.servers.lumberjack import build_batches
+from logport.servers.lumberjack import MAX_EVENT_DEPTH, build_batches
 from tests.conftest import VECTORS
 from tests.lumberjack.harness import (
     lumberjack_config,
@@ -214,6 +215,16 @@ def zlib_bomb(size: int) -> bytes:
     return zlib.compress(b"2J" + b"\0" * size, 9)
 
 
+def nested(depth: int) -> bytes:
+    """A JSON event `depth` levels deep, its own object included."""
+    return b'{"message":"m","a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+def nested_metadata(depth: int) -> bytes:
+    """A JSON event whose @metadata is `depth` levels deep."""
+    return b'{"message":"m","@metadata":' + b"[" * depth + b"]" * depth + b"}"
+
+
 BAD_INPUT = {
     "invalid frame type": (b"2X\0\0\0\0", "invalid lumberjack frame type 0x58"),
     "invalid version": (b"9W\0\0\0\1", "invalid lumberjack version byte 0x39"),
@@ -230,6 +241,11 @@ BAD_INPUT = {
     "window too large": (encode_window(0x32, 10_000_000), "window of 10000000 events"),
     "ack from client": (b"2A\0\0\0\1", "only the server acknowledges"),
     "tls on plaintext port": (bytes.fromhex("16030100c8010000c40303") + b"\0" * 200, "TLS handshake (first byte 0x16)"),
+    "event nested too deep": (encode_window(0x32, 1) + encode_json(1, nested(513)),
+                              "event seq 1 is nested 513 deep, over the limit of 512"),
+    "metadata nested too deep": (encode_window(0x32, 2) + encode_json(1, nested_metadata(1000)) * 2,
+                                 "@metadata of event seq 1 is nested 1000 deep, over the limit of 511"),
+    "json nested past orjson's limit": (encode_window(0x32, 1) + encode_json(1, b"[" * 100_000), "not valid JSON"),
 }
 
 
@@ -252,11 +268,23 @@ async def test_bad_input_closes_only_that_connection(tmp_path: Path, caplog: pyt
         bad_writer.close()
         assert any(message in r.getMessage() and "127.0.0.1:" in r.getMessage() for r in caplog.records), \
             [r.getMessage() for r in caplog.records]
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]  # expected, not a crash
 
         good_writer.write(window(range(1, 4)))
         await read_acks_until(good_reader, 3)
         good_writer.close()
         assert len(await wait_for_records(hub.runtime.store, "lumberjack", 5)) == 5
+
+
+async def test_events_nested_deeper_than_ormsgpack_packs_are_stored(tmp_path: Path) -> None:
+    async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        payloads = [nested(300), nested(MAX_EVENT_DEPTH), nested(3)]
+        writer.write(encode_window(0x32, 3) + b"".join(encode_json(i, p) for i, p in enumerate(payloads, 1)))
+        await read_acks_until(reader, 3)
+        writer.close()
+        records = await wait_for_records(hub.runtime.store, "lumberjack", 3)
+        assert [r.record for r in records] == [orjson.loads(p) for p in payloads]
 
 
 async def test_limit_log_line_names_peer_limit_and_value(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -424,3 +452,37 @@ def test_fast_packing_of_json_events_is_msgpack_byte_for_byte(event: dict[str, A
     fields.pop("@metadata", None)
     assert ormsgpack.packb(fields) == msgpack.packb(fields, use_bin_type=True)
     assert entry.record == fields
+
+
+DEEP_EVENTS = {
+    "over ormsgpack's 255 levels": ([nested(300)], None),
+    "at the limit": ([nested(MAX_EVENT_DEPTH)], None),
+    "metadata at the limit": ([nested_metadata(MAX_EVENT_DEPTH - 1)] * 2, None),
+    "over the limit": ([nested(3), nested(MAX_EVENT_DEPTH + 1)], "event seq 2 is nested 513 deep, over the limit of 512"),
+    "at orjson's limit": ([nested(1024)], "event seq 1 is nested 1024 deep, over the limit of 512"),
+    "past orjson's limit": ([nested(100_000)], "J frame seq 1 is not valid JSON: depth limit exceeded"),
+    "brackets only": ([b"[" * 100_000], "J frame seq 1 is not valid JSON: depth limit exceeded"),
+    "metadata over the limit": ([nested_metadata(MAX_EVENT_DEPTH)],
+                                "@metadata of event seq 1 is nested 512 deep, over the limit of 511"),
+    "metadata beyond what a batch unpacks": ([nested_metadata(1023)], "@metadata of event seq 1 is nested 1023 deep"),
+    "metadata too deep to compare": ([nested_metadata(1000)] * 2, "@metadata of event seq 1 is nested 1000 deep"),
+}
+
+
+@pytest.mark.parametrize("name", list(DEEP_EVENTS))
+def test_deep_events_are_stored_readable_or_refused_as_protocol_errors(name: str) -> None:
+    payloads, error = DEEP_EVENTS[name]
+    events = [(seq, p) for seq, p in enumerate(payloads, 1)]
+    if error is not None:
+        with pytest.raises(RemoteProtocolError) as info:
+            build_batches(events, tag="t", tag_from_beat=False, peer="p", max_body=1 << 30, received_ns=0)
+        assert error in str(info.value)
+        return
+    (body,) = [b for _, b, _ in build_batches(events, tag="t", tag_from_beat=False, peer="p", max_body=1 << 30,
+                                                received_ns=0)]
+    batch = decode_batch(body)
+    events_back = [orjson.loads(p) for p in payloads]
+    assert batch.option.get("@metadata") == events_back[0].pop("@metadata", None)
+    for event in events_back:
+        event.pop("@metadata", None)
+    assert [e.record for e in batch] == events_back

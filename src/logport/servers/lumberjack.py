@@ -48,6 +48,9 @@ PAUSE_AT_WINDOWS = 4
 RESUME_AT_WINDOWS = 1
 # share of the store's max_frame_size a batch's entries may fill: the rest is for the option and headers
 BATCH_FILL = 7 / 8
+# how deep an event may nest (its object is level 1), as in Forward's JSON mode: ormsgpack packs 255
+# levels and msgpack the rest, and what is stored stays well inside the 1024 levels msgpack unpacks
+MAX_EVENT_DEPTH = 512
 
 
 _record_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
@@ -80,6 +83,24 @@ class LumberjackMetrics:
         self.connections = Gauge("logport_lumberjack_connections", "Open connections", registry=r)
 
 
+def _json_depth(value: Any) -> int:
+    """How many dicts and lists deep `value` is, level by level: Python's own recursion stops near 1000."""
+    depth = 0
+    level = [value]
+    while True:
+        level = [v for v in level if type(v) is dict or type(v) is list]
+        if not level:
+            return depth
+        depth += 1
+        level = [child for v in level for child in (v.values() if type(v) is dict else v)]
+
+
+def _check_depth(what: str, value: Any, limit: int) -> None:
+    depth = _json_depth(value)
+    if depth > limit:
+        raise RemoteProtocolError(f"{what} is nested {depth} deep, over the limit of {limit}")
+
+
 def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
                   max_body: int, received_ns: int) -> list[tuple[str, bytes, int]]:
     """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
@@ -87,7 +108,7 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
     The record is the event without `@metadata`, which goes into the option;
     `@timestamp` becomes the event time (the receive time when it is missing or bad).
     Events are (seq, fields), fields a dict or a J frame's JSON bytes; bad JSON
-    raises RemoteProtocolError.
+    or an event nested deeper than MAX_EVENT_DEPTH raises RemoteProtocolError.
     """
     out: list[tuple[str, bytes, int]] = []
     default_s, default_ns = divmod(received_ns, 1_000_000_000)
@@ -111,24 +132,27 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
 
     for seq, item in events:
         # a J frame's JSON is decoded here, right before it is packed, so the dicts die young
-        pack_record = pack
         if type(item) is dict:
             fields = item
         else:
             try:
                 fields = loads(item)
-                pack_record = fast_pack  # what orjson makes, ormsgpack packs byte for byte as msgpack does
             except orjson.JSONDecodeError:
                 fields = json_fields(seq, item)  # raises the protocol's error for it
             if type(fields) is not dict:
                 fields = json_fields(seq, item)
-                pack_record = pack
         meta = fields.pop("@metadata", None)
         t = parse_timestamp(fields.get("@timestamp"))
         seconds, nanos = t if t is not None else (default_s, default_ns)
-        record = pack_record(fields)
+        try:
+            record = fast_pack(fields)  # what the decoder makes, ormsgpack packs byte for byte as msgpack does
+        except ormsgpack.MsgpackEncodeError:  # nested deeper than its 255 levels
+            _check_depth(f"event seq {seq}", fields, MAX_EVENT_DEPTH)
+            record = pack(fields)
         entry_bytes = len(record) + head_size
         if meta != run_meta or (parts and run_bytes + entry_bytes > max_body):
+            # checked once a run, not once an event; a checked run_meta bounds how deep `!=` recurses
+            _check_depth(f"@metadata of event seq {seq}", meta, MAX_EVENT_DEPTH - 1)
             close_run()
             parts, run_bytes, run_meta = [], 0, meta
             run_tag = tag
