@@ -333,6 +333,32 @@ def _check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
         raise ConfigError(f"config key {key!r} has value {value}; it must be {'>= 0' if zero_ok else '> 0'}")
 
 
+def output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
+    """The name an output's checkpoint and identity go by (`DATA/outputs/<name>.checkpoint`, `.id`)."""
+    if isinstance(out, ForwardOutputConfig):
+        return out.name or f"forward-{out.segment}"
+    return f"lumberjack.{out.name or out.segment}"
+
+
+def _check_output_names(outputs: OutputsConfig) -> None:
+    """Outputs of one name would share a checkpoint file (each resuming from the other's commits)
+    and a hub service key."""
+    taken: dict[tuple[str, str], str] = {}  # (what, value) -> the output that has it
+    for kind in ("forward", "lumberjack"):
+        for i, out in enumerate(getattr(outputs, kind)):
+            where = f"outputs.{kind}[{i}]"
+            claims = [("checkpoint file", f"outputs/{output_name(out)}.checkpoint"),
+                      ("service key", f"output.{kind}.{out.name or out.segment}")]  # as Hub.start keys it
+            for claim in claims:
+                other = taken.setdefault(claim, where)
+                if other == where:
+                    continue
+                key, value = (f"{where}.name", out.name) if out.name else (f"{where}.segment", out.segment)
+                unnamed = "" if out.name else " (an output without a name is named after its segment)"
+                raise ConfigError(f"config key {key!r} has value {value!r}; output names must be unique, "
+                                  f"but {other} has the same {claim[0]} {claim[1]!r}{unnamed}")
+
+
 def validate(config: Config) -> None:
     """Range checks that types alone cannot express."""
     s = config.store
@@ -398,6 +424,7 @@ def validate(config: Config) -> None:
             raise ConfigError(f"config key '{where}.compression_level' has value {lj_out.compression_level}; 0..9")
         for key in ("window_size", "windows_in_flight", "ack_timeout", "reconnect_delay"):
             _check_positive(f"{where}.{key}", getattr(lj_out, key))
+    _check_output_names(config.outputs)
     for key in ("router_port", "pull_port", "pub_port"):
         _check_port(f"logjam.{key}", getattr(config.logjam, key))
     jam = config.logjam

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,9 @@ class SegmentFollower:
         self.segment = segment
         self.name = name
         self.max_bytes = max_bytes
-        self.path = Path(store.config.data_dir) / CHECKPOINT_DIR / f"{name}.checkpoint"
+        directory = Path(store.config.data_dir) / CHECKPOINT_DIR
+        self.path = directory / f"{name}.checkpoint"
+        self.identity_path = directory / f"{name}.id"
         self.checkpoint = self._load()
         self.position = self.checkpoint  # read position (ahead of the checkpoint while in flight)
 
@@ -70,11 +73,31 @@ class SegmentFollower:
         self.checkpoint = next_offset
 
     def _save(self, offset: int) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(str(offset))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        _write_durably(self.path, self.path.with_suffix(".tmp"), str(offset))
+
+    def identity(self) -> str:
+        """A random id of this output, made once and kept beside its checkpoint (`<name>.id`).
+
+        It tells this output apart from any other with the same name: another hub's, or this hub's
+        before its data directory was recreated. A restart reads the same id back.
+        """
+        try:
+            identity = self.identity_path.read_text().strip()
+        except FileNotFoundError:
+            identity = ""
+        if not identity:
+            identity = secrets.token_hex(16)
+            # ".id.new": no other output's file ends so (theirs end in .checkpoint, .tmp or .id)
+            _write_durably(self.identity_path, self.identity_path.with_suffix(".id.new"), identity)
+        return identity
+
+
+def _write_durably(path: Path, tmp: Path, text: str) -> None:
+    """Atomically: write a temporary file, fsync it, rename it over `path`, fsync the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

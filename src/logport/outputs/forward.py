@@ -2,7 +2,8 @@
 Fluentd-compatible server, committing the checkpoint only after the server acknowledged everything read.
 
 Stored batches already are PackedForward messages; each is sent with a chunk id derived from the
-output name, segment and offset, so a logport server downstream deduplicates a resend after a restart.
+output's identity (random, kept beside its checkpoint), segment and offset, so a logport server
+downstream deduplicates a resend after a restart, but never mistakes another hub's batch for one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prometheus_client import Counter
 from logport import tls as tls_contexts
 from logport.batch import BatchDecodeError, decode_batch
 from logport.clients.forward import ForwardSender, SenderConfig, SendFailed, ServerAddress
-from logport.config import ForwardOutputConfig
+from logport.config import ForwardOutputConfig, output_name
 from logport.errors import OffsetTruncated
 from logport.outputs.follower import SegmentFollower
 from logport.protocols import forward as fp
@@ -30,9 +31,13 @@ _RETRY_WAIT_MAX = 30.0
 _PASSED_OPTIONS = ("fluent_signal", "metadata")  # what a downstream Fluentd / Fluent Bit may use
 
 
-def chunk_id(name: str, segment: str, offset: int) -> str:
-    """Deterministic per stored batch: the same batch resent gets the same chunk id."""
-    digest = hashlib.sha256(f"{name}\0{segment}\0{offset}".encode()).digest()[:16]
+def chunk_id(identity: str, segment: str, offset: int) -> str:
+    """Deterministic per output and stored batch: the same batch resent gets the same chunk id.
+
+    `identity` (SegmentFollower.identity) is what keeps two hubs, or one hub before and after its
+    data directory was recreated, from sending the same ids for the same offsets of a same-named output.
+    """
+    digest = hashlib.sha256(f"{identity}\0{segment}\0{offset}".encode()).digest()[:16]
     return base64.b64encode(digest).decode()
 
 
@@ -54,8 +59,9 @@ class ForwardOutput:
     def __init__(self, runtime: Runtime, config: ForwardOutputConfig) -> None:
         self.runtime = runtime
         self.config = config
-        self.name = config.name or f"forward-{config.segment}"
+        self.name = output_name(config)
         self.follower = SegmentFollower(runtime.store, config.segment, self.name, max_bytes=config.max_batch_bytes)
+        self.identity = self.follower.identity()
         servers = [ServerAddress(config.host, config.port)]
         servers += [ServerAddress.parse(s, standby=True) for s in config.standby]
         context = tls_contexts.client_context(config.tls_ca, verify=config.tls_verify) if config.tls else None
@@ -97,7 +103,7 @@ class ForwardOutput:
                             extra={"segment": self.config.segment, "offset": offset})
                 continue
             option = {k: batch.option[k] for k in _PASSED_OPTIONS if k in batch.option}
-            option["chunk"] = chunk_id(self.name, self.config.segment, offset)
+            option["chunk"] = chunk_id(self.identity, self.config.segment, offset)
             size = batch.size if batch.size is not None else fp.scan_entries(batch.entries)[1]
             option["size"] = size
             out.extend(self.sender.messages(batch.tag, batch.entries, size, option))
@@ -108,27 +114,36 @@ class ForwardOutput:
         wait = self.config.retry_wait
         while not self._stopping:
             try:
-                batch = await self.follower.next_batch(wait=1.0)
-            except OffsetTruncated as e:
-                log.error("retention removed unsent events; continuing after them",
-                          extra={"segment": self.config.segment, "offset": e.offset, "start_offset": e.start_offset})
+                if await self._send_next():
+                    wait = self.config.retry_wait
                 continue
-            if batch is None:
-                continue
-            messages, count = self.messages(batch.events)
-            try:
-                if messages:
-                    await self.sender.send_messages(messages)
             except SendFailed as e:
-                self.failures.inc()
                 log.warning("forward output: %s; retrying in %.1f s", e, wait, extra={"output": self.name})
-                self.follower.rewind()
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, _RETRY_WAIT_MAX)
-                continue
-            wait = self.config.retry_wait
-            await self.follower.commit(batch.next_offset)
-            self.sent_events.inc(count)
+            except Exception:
+                # anything else (a store read, a checkpoint write) must not stop forwarding for good
+                log.exception("forward output failed; retrying from the checkpoint in %.1f s", wait,
+                              extra={"output": self.name})
+            self.failures.inc()
+            self.follower.rewind()
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, _RETRY_WAIT_MAX)
+
+    async def _send_next(self) -> bool:
+        """Send the next stored batches and commit them once acknowledged; False if there was nothing."""
+        try:
+            batch = await self.follower.next_batch(wait=1.0)
+        except OffsetTruncated as e:
+            log.error("retention removed unsent events; continuing after them",
+                      extra={"segment": self.config.segment, "offset": e.offset, "start_offset": e.start_offset})
+            return False
+        if batch is None:
+            return False
+        messages, count = self.messages(batch.events)
+        if messages:
+            await self.sender.send_messages(messages)
+        await self.follower.commit(batch.next_offset)
+        self.sent_events.inc(count)
+        return True
 
 
 async def start(runtime: Runtime, output_config: ForwardOutputConfig) -> ForwardOutput:

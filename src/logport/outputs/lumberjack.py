@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from logport.batch import BatchDecodeError, decode_batch
 from logport.clients.lumberjack import LumberjackClient
-from logport.config import LumberjackOutputConfig
+from logport.config import LumberjackOutputConfig, output_name
 from logport.errors import OffsetTruncated
 from logport.outputs.follower import SegmentFollower
 from logport.protocols.lumberjack import format_timestamp
@@ -50,7 +50,7 @@ class LumberjackOutput:
     def __init__(self, runtime: Runtime, config: LumberjackOutputConfig) -> None:
         self.runtime = runtime
         self.config = config
-        self.name = f"lumberjack.{config.name or config.segment}"
+        self.name = output_name(config)
         # several windows per read, so that windows_in_flight can pipeline them
         self.follower = SegmentFollower(runtime.store, config.segment, self.name, max_bytes=READ_BYTES)
         ctx = None

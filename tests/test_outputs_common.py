@@ -1,0 +1,73 @@
+"""What every durable output shares: its identity kept beside its checkpoint, and a name of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logport.config import StoreConfig, load_config
+from logport.errors import ConfigError
+from logport.outputs.follower import SegmentFollower
+from logport.outputs.forward import chunk_id
+from logport.store import SegmentStore
+
+
+async def identity_in(data_dir: Path, name: str = "to-b") -> str:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir)))
+    try:
+        return SegmentFollower(store, "forward", name).identity()
+    finally:
+        await store.close()
+
+
+async def test_identity_is_made_once_and_kept_beside_the_checkpoint(tmp_path: Path) -> None:
+    first = await identity_in(tmp_path / "hub")
+    assert (tmp_path / "hub" / "outputs" / "to-b.id").read_text() == first
+    assert sorted(p.name for p in (tmp_path / "hub" / "outputs").iterdir()) == ["to-b.id"]  # no temporary left
+    assert await identity_in(tmp_path / "hub") == first  # a restart reads it back
+    assert await identity_in(tmp_path / "hub", "other") != first
+    assert await identity_in(tmp_path / "another-hub") != first
+
+
+async def test_chunk_ids_differ_between_hubs_and_repeat_within_one(tmp_path: Path) -> None:
+    one, two = await identity_in(tmp_path / "one"), await identity_in(tmp_path / "two")
+    assert chunk_id(one, "forward", 0) == chunk_id(await identity_in(tmp_path / "one"), "forward", 0)
+    assert chunk_id(one, "forward", 0) != chunk_id(two, "forward", 0)
+    assert chunk_id(one, "forward", 0) != chunk_id(one, "forward", 1)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    pytest.param('[[outputs.forward]]\nname = "up"\n[[outputs.forward]]\nname = "up"\nport = 24225\n',
+                 r"config key 'outputs.forward\[1\].name' has value 'up'; "
+                 r".* outputs.forward\[0\] has the same checkpoint file", id="same-name"),
+    pytest.param('[[outputs.forward]]\nsegment = "app"\n[[outputs.forward]]\nsegment = "app"\n',
+                 r"config key 'outputs.forward\[1\].segment' has value 'app'; "
+                 r".*outputs.forward\[0\].*named after its segment", id="same-segment-unnamed"),
+    pytest.param('[[outputs.forward]]\nname = "forward-app"\n[[outputs.forward]]\nsegment = "app"\n',
+                 r"config key 'outputs.forward\[1\].segment' has value 'app'; "
+                 r".*'outputs/forward-app.checkpoint'", id="name-equals-default-name"),
+    pytest.param('[[outputs.forward]]\nname = "app"\nsegment = "other"\n[[outputs.forward]]\nsegment = "app"\n',
+                 r"config key 'outputs.forward\[1\].segment' has value 'app'; "
+                 r".* service key 'output.forward.app'", id="same-service-key"),
+    pytest.param('[[outputs.lumberjack]]\nname = "ls"\n[[outputs.lumberjack]]\nname = "ls"\n',
+                 r"config key 'outputs.lumberjack\[1\].name' has value 'ls'; "
+                 r".*outputs.lumberjack\[0\]", id="lumberjack-same-name"),
+    pytest.param('[[outputs.forward]]\nname = "lumberjack.ls"\n[[outputs.lumberjack]]\nname = "ls"\n',
+                 r"config key 'outputs.lumberjack\[0\].name' has value 'ls'; "
+                 r".*'outputs/lumberjack.ls.checkpoint'", id="across-kinds"),
+])
+def test_output_names_must_be_unique(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "logport.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_outputs_of_either_kind_may_share_a_name(tmp_path: Path) -> None:
+    """A Forward and a Lumberjack output called "up" keep different checkpoints (`lumberjack.up` is the other)."""
+    path = tmp_path / "logport.toml"
+    path.write_text('[[outputs.forward]]\nname = "up"\n[[outputs.lumberjack]]\nname = "up"\n'
+                    '[[outputs.forward]]\nsegment = "app"\n[[outputs.forward]]\nsegment = "other"\n')
+    config = load_config(path)
+    assert [o.name for o in config.outputs.forward] == ["up", "", ""]
