@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
+import logging
 import signal
 import struct
 import sys
@@ -613,3 +615,91 @@ async def test_count_limits_per_connection(hub: Hub) -> None:
     while isinstance(reply := await peer.reply(), sp.AppendSetup):
         pass
     assert reply == sp.ProtocolViolation(f"{limit + 1} connection ids exceed max_writers_per_connection {limit}")
+
+
+# --- what the client sends back is quoted briefly; a dead control task closes its connection ---
+
+# whole Strings the client may send; quoted in full, the reason would not fit in one
+HUGE_NAMES = {"slashes": "/" * 65_500, "NULs": "\x00" * 30_000}  # a NUL is 2 bytes on the wire, 4 in a repr
+NAMED_REQUESTS = {
+    "SetupAppend": lambda name: sp.SetupAppend(CID, name), "CreateSegment": sp.CreateSegment,
+    "SealSegment": sp.SealSegment, "TruncateSegment": lambda name: sp.TruncateSegment(name, 0),
+    "ReadSegment": lambda name: sp.ReadSegment(name, 0, 10, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(HUGE_NAMES))
+@pytest.mark.parametrize("request_", list(NAMED_REQUESTS))
+async def test_a_huge_invalid_name_is_quoted_briefly(hub: Hub, request_: str, name: str) -> None:
+    segment = HUGE_NAMES[name]
+    peer = await Peer.open(port_of(hub))
+    await peer.send(NAMED_REQUESTS[request_](segment))
+    reply = await peer.reply()
+    assert isinstance(reply, sp.InvalidSegmentName) and reply.segment == segment
+    assert f"{len(segment.encode())} bytes exceeds 250" in reply.reason
+    assert f"({len(segment)} characters)" in reply.reason and len(reply.reason) < 1000
+    await peer.send(sp.ListSegments())  # the connection is still fine
+    assert await peer.reply() == sp.SegmentList(())
+    await peer.close()
+
+
+async def test_a_reply_that_cannot_be_encoded_closes_the_connection(
+        hub: Hub, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = hub.runtime.store  # type: ignore[union-attr]
+    await store.create("logs")
+    real_info = store.info
+    monkeypatch.setattr(store, "info", lambda name: dataclasses.replace(real_info(name), end_offset=1 << 63))
+    caplog.set_level(logging.ERROR, logger="logport.segment")
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.GetSegmentInfo("logs"))
+    assert await peer.closed()
+    (record,) = [r for r in caplog.records if "cannot be encoded" in r.getMessage()]
+    assert record.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+    assert "SegmentInfoReply.end_offset" in record.error  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    peer = await Peer.open(port_of(hub))  # the listener carries on
+    await peer.send(sp.ListSegments())
+    assert await peer.reply() == sp.SegmentList(("logs",))
+    await peer.close()
+
+
+async def test_a_failed_control_task_closes_its_connection_and_drops_the_blocks_waiting_on_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    h = Hub(hub_config(tmp_path), serve_metrics=False)
+    await h.start()
+    store = h.runtime.store  # type: ignore[union-attr]
+
+    async def broken_create(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    store.create = broken_create  # type: ignore[method-assign]
+    caplog.set_level(logging.ERROR, logger="logport.segment")
+    try:
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.SetupAppend(CID, "logs"), sp.encode_block(CID, 0, EV))
+        assert await peer.closed()
+        (record,) = [r for r in caplog.records if "control task failed" in r.getMessage()]
+        assert record.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+        assert "disk on fire" in str(record.exc_info[1])
+    finally:
+        await asyncio.wait_for(h.stop(), 5)
+
+
+async def test_hub_closes_promptly_while_a_setup_append_is_unanswered(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path), serve_metrics=False)
+    await h.start()
+    store = h.runtime.store  # type: ignore[union-attr]
+    entered = asyncio.Event()
+
+    async def stuck_create(*args: object, **kwargs: object) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    store.create = stuck_create  # type: ignore[method-assign]
+    peer = await Peer.open(port_of(h))
+    # the block waits for the setup's answer, which never comes
+    await peer.send(sp.SetupAppend(CID, "logs"), sp.encode_block(CID, 0, EV))
+    await asyncio.wait_for(entered.wait(), 5)
+    await asyncio.sleep(0.1)  # the block is in too
+    await asyncio.wait_for(h.stop(), 5)
+    assert await peer.closed()  # and nothing was acknowledged

@@ -30,6 +30,14 @@ from logport.tls import server_context
 
 log = logging.getLogger("logport.segment")
 
+QUOTE_LIMIT = 200  # characters of client input quoted in an error message
+
+
+def _brief(value: str, limit: int = QUOTE_LIMIT) -> str:
+    """`value` quoted, cut to its start if longer than `limit`: a client's String may be 64 KiB."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 @dataclass
@@ -153,6 +161,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         # requests other than reads and append blocks are answered one at a time, in order
         self._control: asyncio.Queue[sp.Message | _Writer] = asyncio.Queue()
         self._control_task: asyncio.Task[None] | None = None
+        self._setups: set[asyncio.Future[bool]] = set()  # the ready of writers whose SetupAppend is unanswered
 
     # --- transport callbacks ---
 
@@ -172,7 +181,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.server.connections.add(self)
         self.server.metrics.connections.inc()
         self._control_task = asyncio.get_running_loop().create_task(self._run_control())
-        self._control_task.add_done_callback(self._task_done)
+        self._control_task.add_done_callback(self._control_done)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -241,7 +250,13 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         return bool(self.tasks) or not self._control.empty() or any(w.inflight for w in self.writers.values())
 
     async def finish(self) -> None:
-        """Wait for the append pipelines (so nothing queued is lost), cancel the rest."""
+        """Wait for the append pipelines (so nothing queued is lost), cancel the rest.
+
+        The control task too: a peer that does not read keeps the transport (and so
+        connection_lost) from closing, and blocks waiting on a SetupAppend would wait for it.
+        """
+        if self._control_task is not None:
+            self._control_task.cancel()
         for task in list(self.tasks):
             task.cancel()
         appends = [t for w in self.writers.values() for t in w.inflight]
@@ -252,7 +267,20 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
 
     def reply(self, message: sp.Message) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(self.conn.send(message))
+            data = self._encode(message)
+            if data is not None:
+                self.transport.write(data)
+
+    def _encode(self, message: sp.Message) -> bytes | None:
+        """The reply's bytes; None, with the connection closed, if it cannot be encoded (a bug: the
+        client would wait for it forever)."""
+        try:
+            return self.conn.send(message)
+        except errors.LocalProtocolError as e:
+            log.error("reply cannot be encoded, closing the connection",
+                      extra={"peer": self.peer, "reply": type(message).__name__, "error": str(e)})
+            self.close()
+            return None
 
     async def _reply_read(self, segment: str, offset: int, at_tail: bool, end_of_segment: bool,
                           data: bytes) -> None:
@@ -261,7 +289,9 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             raise ConnectionError("connection closed")
         # header and fields, then the data as it is: no copy of a 2 MiB body
-        head = self.conn.send(sp.SegmentRead.make(segment, offset, at_tail, end_of_segment, b""))
+        head = self._encode(sp.SegmentRead.make(segment, offset, at_tail, end_of_segment, b""))
+        if head is None:
+            raise ConnectionError("connection closed")
         type_code, length = sp.HEADER.unpack_from(head, 0)
         transport.write(sp.HEADER.pack(type_code, length + len(data)) + head[sp.HEADER_SIZE :])
         if data:
@@ -277,6 +307,19 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("segment request failed", exc_info=task.exception(), extra={"peer": self.peer})
+
+    def _control_done(self, task: asyncio.Task[None]) -> None:
+        """Without the control task no SetupAppend is answered: the blocks waiting on one are dropped
+        (else they, and the listener's close, wait forever), and a failed one closes the connection.
+
+        A done callback, not a finally: it also runs for a task cancelled before it started.
+        """
+        for ready in list(self._setups):
+            ready.set_result(False)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("segment control task failed, closing the connection", exc_info=task.exception(),
+                      extra={"peer": self.peer})
+            self.close()
 
     # --- dispatch ---
 
@@ -331,15 +374,18 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
                 raise errors.LocalProtocolError(f"no handler for {type(request).__name__}")
 
     def _error_reply(self, segment: str, e: errors.StoreError) -> sp.Message:
+        """The reply to a store error; the name field echoes the request (it fit in one String, so it
+        does again), the message quotes it briefly (in full it need not fit)."""
         if isinstance(e, errors.NoSuchSegment):
             return sp.NoSuchSegment(segment)
         if isinstance(e, errors.SegmentSealed):
             return sp.SegmentIsSealed(segment)
         if isinstance(e, errors.OffsetTruncated):
             return sp.SegmentIsTruncated(segment, e.start_offset)
+        message = str(e).replace(repr(segment), _brief(segment))
         if isinstance(e, errors.InvalidSegmentName):
-            return sp.InvalidSegmentName(segment, str(e))
-        return sp.OperationFailed(segment, str(e))
+            return sp.InvalidSegmentName(segment, message)
+        return sp.OperationFailed(segment, message)
 
     def _info(self, segment: str) -> None:
         try:
@@ -413,6 +459,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         old = self.writers.get(request.connection_id)
         writer = _Writer(request.connection_id, request.segment, set(old.inflight) if old else set())
         self.writers[request.connection_id] = writer
+        self._setups.add(writer.ready)
+        writer.ready.add_done_callback(self._setups.discard)
         return writer
 
     async def _setup_writer(self, writer: _Writer) -> None:
