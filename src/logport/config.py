@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from logport.errors import ConfigError
+from logport.errors import ConfigError, InvalidSegmentName
 
 MiB = 1024 * 1024
+_MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems (an output's name becomes a file name)
 
 
 @dataclass
@@ -340,21 +341,41 @@ def output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
     return f"lumberjack.{out.name or out.segment}"
 
 
+def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, key: str, value: str,
+                            unnamed: str) -> None:
+    """An output's name is a file name under DATA/outputs: it follows the store's segment name rule
+    (no `/`, NUL, `..` or empty name), and `<name>.checkpoint`, its longest file name, fits NAME_MAX."""
+    # imported here: the store imports this module (its StoreConfig)
+    from logport.store.files import check_segment_name
+
+    try:
+        check_segment_name(value)
+    except InvalidSegmentName as e:
+        reason = str(e).removeprefix(f"invalid segment name {value!r}: ")
+        raise ConfigError(f"config key {key!r} has value {value!r}; an output name is a file name "
+                          f"and follows the segment name rule: {reason}{unnamed}") from None
+    file_name = f"{output_name(out)}.checkpoint"
+    if len(file_name.encode()) > _MAX_FILE_NAME_BYTES:
+        raise ConfigError(f"config key {key!r} has value {value!r}; its checkpoint file name {file_name!r} "
+                          f"of {len(file_name.encode())} bytes exceeds {_MAX_FILE_NAME_BYTES}{unnamed}")
+
+
 def _check_output_names(outputs: OutputsConfig) -> None:
-    """Outputs of one name would share a checkpoint file (each resuming from the other's commits)
-    and a hub service key."""
+    """Each output's name is safe as a file name, and no two share one: outputs of one name would share
+    a checkpoint file (each resuming from the other's commits) and a hub service key."""
     taken: dict[tuple[str, str], str] = {}  # (what, value) -> the output that has it
     for kind in ("forward", "lumberjack"):
         for i, out in enumerate(getattr(outputs, kind)):
             where = f"outputs.{kind}[{i}]"
+            key, value = (f"{where}.name", out.name) if out.name else (f"{where}.segment", out.segment)
+            unnamed = "" if out.name else " (an output without a name is named after its segment)"
+            _check_output_file_name(out, key, value, unnamed)
             claims = [("checkpoint file", f"outputs/{output_name(out)}.checkpoint"),
                       ("service key", f"output.{kind}.{out.name or out.segment}")]  # as Hub.start keys it
             for claim in claims:
                 other = taken.setdefault(claim, where)
                 if other == where:
                     continue
-                key, value = (f"{where}.name", out.name) if out.name else (f"{where}.segment", out.segment)
-                unnamed = "" if out.name else " (an output without a name is named after its segment)"
                 raise ConfigError(f"config key {key!r} has value {value!r}; output names must be unique, "
                                   f"but {other} has the same {claim[0]} {claim[1]!r}{unnamed}")
 
