@@ -20,6 +20,10 @@ from logport.errors import LogportError
 EVENT_TIME_EXT = 0
 _EVENT_TIME = struct.Struct(">II")
 _NANOS = 1_000_000_000
+# How deep a received event may nest in maps and arrays (its outermost is level 1), for every listener
+# (Forward's JSON mode, Lumberjack): well inside json.loads' recursion, and what is stored stays well
+# inside the 1024 levels msgpack unpacks.
+MAX_NESTING_DEPTH = 512
 
 
 class BatchDecodeError(LogportError):

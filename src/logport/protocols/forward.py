@@ -20,6 +20,7 @@ from typing import Any
 
 import msgpack
 
+from logport.batch import MAX_NESTING_DEPTH
 from logport.errors import (
     AuthenticationError,
     LimitExceeded,
@@ -36,7 +37,6 @@ __all__ = [
 
 DEFAULT_CHUNK_SIZE_LIMIT = 16 * 1024 * 1024  # as [forward] chunk_size_limit
 DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
-MAX_JSON_DEPTH = 512  # JSON mode: well inside json.loads' recursion and msgpack's nesting limits
 _UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
 
 
@@ -483,8 +483,8 @@ class ServerConnection:
                 in_string = True
             elif c in (0x5B, 0x7B):
                 depth += 1
-                if depth > MAX_JSON_DEPTH:
-                    raise ForwardProtocolError(f"JSON nested deeper than the limit of {MAX_JSON_DEPTH}")
+                if depth > MAX_NESTING_DEPTH:
+                    raise ForwardProtocolError(f"JSON nested deeper than the limit of {MAX_NESTING_DEPTH}")
             elif c in (0x5D, 0x7D):
                 depth -= 1
                 if depth <= 0:

@@ -22,7 +22,7 @@ import orjson
 import ormsgpack
 from prometheus_client import Counter, Gauge
 
-from logport.batch import ENTRY_HEAD, encode_batch
+from logport.batch import ENTRY_HEAD, MAX_NESTING_DEPTH, encode_batch
 from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LogportError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA
@@ -48,9 +48,8 @@ PAUSE_AT_WINDOWS = 4
 RESUME_AT_WINDOWS = 1
 # share of the store's max_frame_size a batch's entries may fill: the rest is for the option and headers
 BATCH_FILL = 7 / 8
-# how deep an event may nest (its object is level 1), as in Forward's JSON mode: ormsgpack packs 255
-# levels and msgpack the rest, and what is stored stays well inside the 1024 levels msgpack unpacks
-MAX_EVENT_DEPTH = 512
+# how deep an event may nest (its object is level 1): ormsgpack packs 255 levels and msgpack the rest
+MAX_EVENT_DEPTH = MAX_NESTING_DEPTH
 
 
 _record_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
