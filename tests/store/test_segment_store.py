@@ -19,7 +19,7 @@ from logport.errors import (
     StoreLimitExceeded,
     WriterOffsetMismatch,
 )
-from logport.store import SegmentStore, WriterCondition, frames
+from logport.store import AppendResult, SegmentStore, WriterCondition, frames
 from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.reader import DirectoryReader
 
@@ -436,6 +436,51 @@ async def test_an_unexpected_error_fails_its_group_and_the_store_goes_on(tmp_pat
         await store.append("s", [b"x"])
     assert not (await store.append("s", [b"y"])).duplicate
     await store.close()
+
+
+async def test_a_group_failing_after_its_write_leaves_nothing_behind(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug past the pwritev (here in the fsync) fails the group: its bytes must not become readable
+    with the next append, nor its writer offset stored, or the client's retry would be stored twice."""
+    from logport.errors import StoreWriteFailed
+    from logport.store.segment import Segment
+
+    config = StoreConfig(data_dir=str(tmp_path))
+    store = await SegmentStore.open(config)
+    await store.create("s")
+    real = Segment._sync_active
+
+    def broken(self: Segment) -> None:
+        monkeypatch.setattr(Segment, "_sync_active", real)
+        raise RuntimeError("a bug after the write")
+
+    monkeypatch.setattr(Segment, "_sync_active", broken)
+    with pytest.raises(StoreWriteFailed, match="a bug after the write"):
+        await store.append("s", [b"lost"], writer=WriterCondition(b"w", end=1))
+    retry = await store.append("s", [b"lost"], writer=WriterCondition(b"w", end=1))
+    assert not retry.duplicate
+    assert [b for _, b in await read_all(store, "s")] == [b"lost"]
+    await store.close()
+    store = await SegmentStore.open(config)
+    assert [b for _, b in await read_all(store, "s")] == [b"lost"]
+    await store.close()
+
+
+async def test_a_stored_retry_is_a_duplicate_even_when_its_group_fails(store: SegmentStore,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.errors import StoreWriteFailed
+
+    await store.append("s", [b"a"], writer=WriterCondition(b"w", end=10))
+
+    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", disk_full)
+    more = asyncio.create_task(store.append("s", [b"b"], writer=WriterCondition(b"w", end=20, start=10)))
+    old = asyncio.create_task(store.append("s", [b"a"], writer=WriterCondition(b"w", end=5)))
+    results = await asyncio.gather(more, old, return_exceptions=True)  # one group: queued in one turn
+    assert isinstance(results[0], StoreWriteFailed)
+    assert isinstance(results[1], AppendResult) and results[1].duplicate and results[1].writer_offset == 10
 
 
 async def test_a_cancelled_retry_does_not_stop_the_commit_loop(store: SegmentStore) -> None:

@@ -263,12 +263,13 @@ class Segment:
         for p in batch:
             w = p.writer
             if w is not None:
-                current = claimed.get(w.key, self.writers.get(w.key, 0))
+                stored = self.writers.get(w.key, 0)
+                if w.end <= stored:  # stored already, whatever this group does
+                    _resolve(p, AppendResult(self.end, self.end, True, stored))
+                    continue
+                current = claimed.get(w.key, stored)
                 if w.end <= current:
-                    if w.key in claimed:
-                        retries.append(p)
-                    else:
-                        _resolve(p, AppendResult(self.end, self.end, True, current))
+                    retries.append(p)
                     continue
                 if w.start is not None and w.start != current:
                     _fail([p], WriterOffsetMismatch(self.name, w.key, current, w.start))
@@ -336,7 +337,7 @@ class Segment:
                 self._sync_active()
             else:
                 self._dirty = True
-        except OSError:
+        except BaseException:  # an I/O error, or a bug past the write: its appenders hear "not written"
             self._undo(start_base, start_pos, created)
             raise
         return offsets
