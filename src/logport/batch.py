@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from logport.errors import LogportError
+from logport.errors import LogportError, brief
 
 EVENT_TIME_EXT = 0
 _EVENT_TIME = struct.Struct(">II")
@@ -169,7 +169,7 @@ def iter_entries(entries: bytes) -> Iterator[Entry]:
 
 def _entry(item: Any) -> Entry:
     if not (isinstance(item, list) and len(item) == 2):
-        raise BatchDecodeError(f"entry is not [time, record]: {item!r:.80}")
+        raise BatchDecodeError(f"entry is not [time, record]: {brief(item, 80)}")
     t, record = item
     meta = None
     if isinstance(t, list) and len(t) == 2:  # Forward v1.5 [[time, meta], record]

@@ -6,6 +6,49 @@ Messages name the peer, the limit and the value, e.g.
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
+QUOTE_LIMIT = 200  # characters of a peer's input quoted in an error message
+
+
+class _BoundedRepr(reprlib.Repr):
+    """reprlib with bytes cut before they are rendered (its fallback renders them whole)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # the limits as attributes: keyword arguments need Python 3.12
+        self.maxlevel = 3
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdict = 8
+        self.maxset = self.maxfrozenset = self.maxdeque = 8
+        self.maxstring = self.maxother = QUOTE_LIMIT
+        self.maxlong = 40
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return _cut(repr(x[: self.maxstring]), self.maxstring)
+
+    def repr_bytearray(self, x: bytearray, level: int) -> str:
+        return _cut(repr(x[: self.maxstring]), self.maxstring)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_BOUNDED = _BoundedRepr()
+
+
+def brief(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """`value`'s repr for an error message, cut to `limit` characters (a long string or bytes says
+    how long it was).
+
+    A peer's value may be a 16 MiB map: it is never rendered whole (a full repr
+    took 0.13 s for 7 MB, with the event loop stalled).
+    """
+    if isinstance(value, str | bytes | bytearray) and len(value) > limit:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{_cut(repr(value[:limit]), limit)} ({len(value)} {unit})"
+    return _cut(_BOUNDED.repr(value), limit)
+
 
 class LogportError(Exception):
     """Base of every error logport raises on purpose."""

@@ -26,6 +26,7 @@ from logport.errors import (
     LimitExceeded,
     LocalProtocolError,
     RemoteProtocolError,
+    brief,
 )
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer
 
@@ -510,10 +511,10 @@ class ServerConnection:
         if self.state is ServerState.WAIT_PING:
             return self._ping(obj)
         if not isinstance(obj, list) or not 2 <= len(obj) <= 4:
-            raise ForwardProtocolError(f"expected a [tag, ...] array, got {_brief(obj)}")
+            raise ForwardProtocolError(f"expected a [tag, ...] array, got {brief(obj)}")
         tag = obj[0]
         if not isinstance(tag, str):
-            raise ForwardProtocolError(f"tag is not a string: {_brief(tag)}")
+            raise ForwardProtocolError(f"tag is not a string: {brief(tag)}")
         second = obj[1]
         if isinstance(second, str | bytes):
             return self._packed(tag, as_bytes(second), self._option(obj, 2))
@@ -531,7 +532,7 @@ class ServerConnection:
             return {}
         option = obj[index]
         if not isinstance(option, dict):
-            raise ForwardProtocolError(f"option is not a map: {_brief(option)}")
+            raise ForwardProtocolError(f"option is not a map: {brief(option)}")
         return option
 
     def _packed(self, tag: str, payload: bytes, option: dict[str, Any]) -> EventBatch:
@@ -544,7 +545,7 @@ class ServerConnection:
             payload = _decompress_zstd(payload, self.decompression_size_limit)
             mode = Mode.COMPRESSED_PACKED_FORWARD
         elif compressed not in (None, "text", ""):
-            raise ForwardProtocolError(f"unknown compression {_brief(compressed)}")
+            raise ForwardProtocolError(f"unknown compression {brief(compressed)}")
         entries, valid, invalid = scan_entries(payload)
         if mode is Mode.COMPRESSED_PACKED_FORWARD:
             option = {k: v for k, v in option.items() if k != "compressed"}  # what we store is not compressed
@@ -579,7 +580,7 @@ class ServerConnection:
 
     def _ping(self, obj: Any) -> Ping:
         if not (isinstance(obj, list) and len(obj) == 6 and obj[0] == "PING"):
-            raise AuthenticationError(f"expected PING, got {_brief(obj)}")
+            raise AuthenticationError(f"expected PING, got {brief(obj)}")
         _, hostname, salt, key_digest, username, password_digest = obj
         if not (isinstance(hostname, str) and isinstance(salt, str | bytes) and isinstance(key_digest, str | bytes)):
             raise AuthenticationError("PING has the wrong field types")
@@ -621,16 +622,11 @@ def _s(value: object) -> str:
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", _UNICODE)
-    raise AuthenticationError(f"handshake field is {type(value).__name__} {_brief(value)}, not a string")
+    raise AuthenticationError(f"handshake field is {type(value).__name__} {brief(value)}, not a string")
 
 
 def _eq(a: str, b: str) -> bool:
     return hmac.compare_digest(a.lower().encode("utf-8", _UNICODE), b.encode())
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --- the client side ---
@@ -693,7 +689,7 @@ class ClientConnection:
         elif obj is None:
             kind = "Heartbeat"
         else:
-            raise ForwardProtocolError(f"unexpected reply {_brief(obj)} in state {self.state.value}", peer=self.peer)
+            raise ForwardProtocolError(f"unexpected reply {brief(obj)} in state {self.state.value}", peer=self.peer)
         next_state = CLIENT_TRANSITIONS.get((self.state, kind))
         if next_state is None:
             raise ForwardProtocolError(f"{kind} is not allowed in state {self.state.value}", peer=self.peer)
@@ -710,7 +706,7 @@ class ClientConnection:
 
     def _helo(self, obj: list[Any]) -> Helo:
         if not (len(obj) == 2 and isinstance(obj[1], dict)):
-            raise ForwardProtocolError(f"malformed HELO {_brief(obj)}", peer=self.peer)
+            raise ForwardProtocolError(f"malformed HELO {brief(obj)}", peer=self.peer)
         nonce, auth = obj[1].get("nonce", b""), obj[1].get("auth", b"")
         if not isinstance(nonce, str | bytes) or not isinstance(auth, str | bytes):
             raise ForwardProtocolError("HELO nonce/auth are not strings", peer=self.peer)
@@ -727,7 +723,7 @@ class ClientConnection:
 
     def _pong(self, obj: list[Any]) -> Pong:
         if len(obj) != 5:
-            raise ForwardProtocolError(f"malformed PONG {_brief(obj)}", peer=self.peer)
+            raise ForwardProtocolError(f"malformed PONG {brief(obj)}", peer=self.peer)
         _, ok, reason, hostname, key_digest = obj
         self.state = ClientState.CLOSED  # until the checks below pass
         if ok is not True:

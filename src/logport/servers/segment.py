@@ -30,16 +30,6 @@ from logport.tls import server_context
 
 log = logging.getLogger("logport.segment")
 
-QUOTE_LIMIT = 200  # characters of client input quoted in an error message
-
-
-def _brief(value: str, limit: int = QUOTE_LIMIT) -> str:
-    """`value` quoted, cut to its start if longer than `limit`: a client's String may be 64 KiB."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
-
-
 @dataclass
 class SegmentMetrics:
     connections: Gauge
@@ -382,7 +372,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             return sp.SegmentIsSealed(segment)
         if isinstance(e, errors.OffsetTruncated):
             return sp.SegmentIsTruncated(segment, e.start_offset)
-        message = str(e).replace(repr(segment), _brief(segment))
+        message = str(e).replace(repr(segment), errors.brief(segment))
         if isinstance(e, errors.InvalidSegmentName):
             return sp.InvalidSegmentName(segment, message)
         return sp.OperationFailed(segment, message)
