@@ -11,6 +11,7 @@ from logport.errors import ConfigError
 from logport.outputs.follower import SegmentFollower
 from logport.outputs.forward import chunk_id
 from logport.store import SegmentStore
+from tests.support import running_hub
 
 
 async def identity_in(data_dir: Path, name: str = "to-b") -> str:
@@ -47,12 +48,12 @@ async def test_chunk_ids_differ_between_hubs_and_repeat_within_one(tmp_path: Pat
     pytest.param('[[outputs.forward]]\nname = "forward-app"\n[[outputs.forward]]\nsegment = "app"\n',
                  r"config key 'outputs.forward\[1\].segment' has value 'app'; "
                  r".*'outputs/forward-app.checkpoint'", id="name-equals-default-name"),
-    pytest.param('[[outputs.forward]]\nname = "app"\nsegment = "other"\n[[outputs.forward]]\nsegment = "app"\n',
-                 r"config key 'outputs.forward\[1\].segment' has value 'app'; "
-                 r".* service key 'output.forward.app'", id="same-service-key"),
     pytest.param('[[outputs.lumberjack]]\nname = "ls"\n[[outputs.lumberjack]]\nname = "ls"\n',
                  r"config key 'outputs.lumberjack\[1\].name' has value 'ls'; "
                  r".*outputs.lumberjack\[0\]", id="lumberjack-same-name"),
+    pytest.param('[[outputs.lumberjack]]\nname = "app"\n[[outputs.lumberjack]]\nsegment = "app"\n',
+                 r"config key 'outputs.lumberjack\[1\].segment' has value 'app'; "
+                 r".*'outputs/lumberjack.app.checkpoint'", id="lumberjack-name-equals-default-name"),
     pytest.param('[[outputs.forward]]\nname = "lumberjack.ls"\n[[outputs.lumberjack]]\nname = "ls"\n',
                  r"config key 'outputs.lumberjack\[0\].name' has value 'ls'; "
                  r".*'outputs/lumberjack.ls.checkpoint'", id="across-kinds"),
@@ -116,3 +117,19 @@ def test_outputs_of_either_kind_may_share_a_name(tmp_path: Path) -> None:
                     '[[outputs.forward]]\nsegment = "app"\n[[outputs.forward]]\nsegment = "other"\n')
     config = load_config(path)
     assert [o.name for o in config.outputs.forward] == ["up", "", ""]
+
+
+async def test_a_name_and_another_outputs_segment_may_be_the_same(tmp_path: Path) -> None:
+    """A Forward output named "app" and an unnamed one on segment "app" (named `forward-app`) keep different
+    checkpoints, so both load, and the hub runs both: it keys each output by the name its checkpoint goes by."""
+    path = tmp_path / "logport.toml"
+    path.write_text('[[outputs.forward]]\nname = "app"\nsegment = "other"\n[[outputs.forward]]\nsegment = "app"\n'
+                    '[[outputs.lumberjack]]\nname = "app"\n')
+    config = load_config(path, data_dir=str(tmp_path / "data"))
+    for section in ("forward", "lumberjack", "segment", "logjam"):
+        getattr(config, section).enabled = False
+    config.metrics.enabled = False
+    async with running_hub(config) as hub:
+        outputs = {key: type(service).__name__ for key, service in hub.services.items()}
+    assert outputs == {"output.app": "ForwardOutput", "output.forward-app": "ForwardOutput",
+                       "output.lumberjack.app": "LumberjackOutput"}

@@ -362,22 +362,19 @@ def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, k
 
 def _check_output_names(outputs: OutputsConfig) -> None:
     """Each output's name is safe as a file name, and no two share one: outputs of one name would share
-    a checkpoint file (each resuming from the other's commits) and a hub service key."""
-    taken: dict[tuple[str, str], str] = {}  # (what, value) -> the output that has it
+    a checkpoint file (each resuming from the other's commits); the hub keys its output services by it too."""
+    taken: dict[str, str] = {}  # checkpoint file -> the output that has it
     for kind in ("forward", "lumberjack"):
         for i, out in enumerate(getattr(outputs, kind)):
             where = f"outputs.{kind}[{i}]"
             key, value = (f"{where}.name", out.name) if out.name else (f"{where}.segment", out.segment)
             unnamed = "" if out.name else " (an output without a name is named after its segment)"
             _check_output_file_name(out, key, value, unnamed)
-            claims = [("checkpoint file", f"outputs/{output_name(out)}.checkpoint"),
-                      ("service key", f"output.{kind}.{out.name or out.segment}")]  # as Hub.start keys it
-            for claim in claims:
-                other = taken.setdefault(claim, where)
-                if other == where:
-                    continue
+            checkpoint = f"outputs/{output_name(out)}.checkpoint"
+            other = taken.setdefault(checkpoint, where)
+            if other != where:
                 raise ConfigError(f"config key {key!r} has value {value!r}; output names must be unique, "
-                                  f"but {other} has the same {claim[0]} {claim[1]!r}{unnamed}")
+                                  f"but {other} has the same checkpoint file {checkpoint!r}{unnamed}")
 
 
 def validate(config: Config) -> None:

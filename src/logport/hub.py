@@ -11,7 +11,7 @@ import importlib
 import logging
 import signal
 
-from logport.config import Config
+from logport.config import Config, output_name
 from logport.errors import LogportError
 from logport.metrics import Metrics
 from logport.routing import Router
@@ -69,7 +69,8 @@ class Hub:
                     log.info("listener started", extra={"listener": name})
             for kind, module in OUTPUTS.items():
                 for out in getattr(cfg.outputs, kind):
-                    key = f"output.{kind}.{out.name or out.segment}"
+                    # keyed by the name its checkpoint goes by, which config load keeps unique
+                    key = f"output.{output_name(out)}"
                     self.services[key] = await importlib.import_module(module).start(runtime, out)
                     log.info("output started", extra={"output": key})
         except BaseException:
