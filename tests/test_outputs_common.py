@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from pathlib import Path
 
 import pytest
 
-from logport.config import StoreConfig, load_config
+from logport.batch import encode_batch
+from logport.config import ForwardOutputConfig, StoreConfig, load_config
 from logport.errors import ConfigError
 from logport.outputs.follower import SegmentFollower
-from logport.outputs.forward import chunk_id
+from logport.outputs.forward import ForwardOutput, chunk_id
 from logport.store import SegmentStore
-from tests.support import running_hub
+from tests.support import free_port, hub_config, running_hub
 
 
 async def identity_in(data_dir: Path, name: str = "to-b") -> str:
@@ -36,6 +40,37 @@ async def test_chunk_ids_differ_between_hubs_and_repeat_within_one(tmp_path: Pat
     assert chunk_id(one, "forward", 0) == chunk_id(await identity_in(tmp_path / "one"), "forward", 0)
     assert chunk_id(one, "forward", 0) != chunk_id(two, "forward", 0)
     assert chunk_id(one, "forward", 0) != chunk_id(one, "forward", 1)
+
+
+async def test_new_outputs_get_random_identities(tmp_path: Path) -> None:
+    identities = {await identity_in(tmp_path / hub, name) for hub in ("one", "two") for name in ("to-b", "other")}
+    assert len(identities) == 4
+    assert all(re.fullmatch("[0-9a-f]{32}", identity) for identity in identities)  # secrets.token_hex(16)
+
+
+async def test_an_output_from_before_identities_keeps_the_chunk_ids_it_sent(tmp_path: Path) -> None:
+    """A checkpoint without an identity file was left by a version that made chunk ids from the output's name
+    (before b782591); an uncommitted batch that the downstream acknowledged is resent under the same id."""
+    data = tmp_path / "data"
+    (data / "outputs").mkdir(parents=True)
+    (data / "outputs" / "forward-app.checkpoint").write_text("1234")
+    config = hub_config(data, [], outputs={"forward": [ForwardOutputConfig(segment="app", port=free_port())]})
+    body = encode_batch("app.out", [(1700000000, 0, {"i": 1})], {})
+    async with running_hub(config) as hub:
+        output = hub.services["output.forward-app"]
+        assert isinstance(output, ForwardOutput)
+        [(_, chunk)], _ = output.messages([(1234, body)])
+    name, segment, offset = "forward-app", "app", 1234  # chunk_id before b782591, from the output's name:
+    before = base64.b64encode(hashlib.sha256(f"{name}\0{segment}\0{offset}".encode()).digest()[:16]).decode()
+    assert chunk == before
+    assert (data / "outputs" / "forward-app.id").read_text() == "forward-app"  # kept, as a random one would be
+    assert await identity_in(data, "forward-app") == "forward-app"
+
+
+async def test_an_identity_once_made_is_kept_beside_its_checkpoint(tmp_path: Path) -> None:
+    first = await identity_in(tmp_path)  # a new output: random
+    (tmp_path / "outputs" / "to-b.checkpoint").write_text("1234")
+    assert await identity_in(tmp_path) == first  # a checkpoint beside an identity is no old version's
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -76,17 +76,22 @@ class SegmentFollower:
         _write_durably(self.path, self.path.with_suffix(".tmp"), str(offset))
 
     def identity(self) -> str:
-        """A random id of this output, made once and kept beside its checkpoint (`<name>.id`).
+        """This output's id, made once (random) and kept beside its checkpoint (`<name>.id`).
 
         It tells this output apart from any other with the same name: another hub's, or this hub's
         before its data directory was recreated. A restart reads the same id back.
+
+        An output that has a checkpoint but no identity yet was run by a version without identities,
+        whose Forward chunk ids hashed the output's name where they now hash its identity: it keeps its
+        name as identity, so that its chunk ids stay the same and a batch the downstream acknowledged
+        but the old version did not commit is resent as the retry it is, not as a new chunk.
         """
         try:
             identity = self.identity_path.read_text().strip()
         except FileNotFoundError:
             identity = ""
         if not identity:
-            identity = secrets.token_hex(16)
+            identity = self.name if self.path.exists() else secrets.token_hex(16)
             # ".id.new": no other output's file ends so (theirs end in .checkpoint, .tmp or .id)
             _write_durably(self.identity_path, self.identity_path.with_suffix(".id.new"), identity)
         return identity

@@ -36,6 +36,7 @@ def chunk_id(identity: str, segment: str, offset: int) -> str:
 
     `identity` (SegmentFollower.identity) is what keeps two hubs, or one hub before and after its
     data directory was recreated, from sending the same ids for the same offsets of a same-named output.
+    An output that a version before identities ran has its name as identity: these were its ids then.
     """
     digest = hashlib.sha256(f"{identity}\0{segment}\0{offset}".encode()).digest()[:16]
     return base64.b64encode(digest).decode()
