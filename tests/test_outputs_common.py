@@ -79,7 +79,7 @@ async def test_an_identity_once_made_is_kept_beside_its_checkpoint(tmp_path: Pat
                  r".* outputs.forward\[0\] has the same checkpoint file", id="same-name"),
     pytest.param('[[outputs.forward]]\nsegment = "app"\n[[outputs.forward]]\nsegment = "app"\n',
                  r"config key 'outputs.forward\[1\].segment' has value 'app'; "
-                 r".*outputs.forward\[0\].*named after its segment", id="same-segment-unnamed"),
+                 r".*outputs.forward\[0\].* \(an output without a name is named 'forward-app'\)$", id="same-segment-unnamed"),
     pytest.param('[[outputs.forward]]\nname = "forward-app"\n[[outputs.forward]]\nsegment = "app"\n',
                  r"config key 'outputs.forward\[1\].segment' has value 'app'; "
                  r".*'outputs/forward-app.checkpoint'", id="name-equals-default-name"),
@@ -88,7 +88,8 @@ async def test_an_identity_once_made_is_kept_beside_its_checkpoint(tmp_path: Pat
                  r".*outputs.lumberjack\[0\]", id="lumberjack-same-name"),
     pytest.param('[[outputs.lumberjack]]\nname = "app"\n[[outputs.lumberjack]]\nsegment = "app"\n',
                  r"config key 'outputs.lumberjack\[1\].segment' has value 'app'; "
-                 r".*'outputs/lumberjack.app.checkpoint'", id="lumberjack-name-equals-default-name"),
+                 r".*'outputs/lumberjack.app.checkpoint' \(an output without a name is named 'app'\)$",
+                 id="lumberjack-name-equals-default-name"),
     pytest.param('[[outputs.forward]]\nname = "lumberjack.ls"\n[[outputs.lumberjack]]\nname = "ls"\n',
                  r"config key 'outputs.lumberjack\[0\].name' has value 'ls'; "
                  r".*'outputs/lumberjack.ls.checkpoint'", id="across-kinds"),
@@ -112,9 +113,9 @@ def test_output_names_must_be_unique(tmp_path: Path, text: str, message: str) ->
                  r"config key 'outputs.lumberjack\[0\].name' has value 'up stream'; .*only A-Z", id="space"),
     pytest.param('[[outputs.forward]]\nsegment = ""\n',
                  r"config key 'outputs.forward\[0\].segment' has value ''; .*: empty "
-                 r"\(an output without a name is named after its segment\)$", id="unnamed-empty-segment"),
+                 r"\(an output without a name is named 'forward-'\)$", id="unnamed-empty-segment"),
     pytest.param('[[outputs.forward]]\nsegment = "a/b"\n',
-                 r"config key 'outputs.forward\[0\].segment' has value 'a/b'; .*only A-Z.*named after its segment",
+                 r"config key 'outputs.forward\[0\].segment' has value 'a/b'; .*only A-Z.* named 'forward-a/b'\)$",
                  id="unnamed-segment-with-slash"),
     pytest.param(f'[[outputs.forward]]\nname = "{"x" * 251}"\n',
                  r"config key 'outputs.forward\[0\].name' has value 'x{251}'; .*251 bytes exceeds 250$",

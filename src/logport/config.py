@@ -334,11 +334,17 @@ def _check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
         raise ConfigError(f"config key {key!r} has value {value}; it must be {'>= 0' if zero_ok else '> 0'}")
 
 
+def default_output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
+    """The name of an output without one: `forward-<segment>` for a Forward output, the segment for a Lumberjack one."""
+    return f"forward-{out.segment}" if isinstance(out, ForwardOutputConfig) else out.segment
+
+
 def output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
-    """The name an output's checkpoint and identity go by (`DATA/outputs/<name>.checkpoint`, `.id`)."""
-    if isinstance(out, ForwardOutputConfig):
-        return out.name or f"forward-{out.segment}"
-    return f"lumberjack.{out.name or out.segment}"
+    """The name an output's files go by: `DATA/outputs/<name>.checkpoint`, and a Forward output's `<name>.id`.
+
+    A Lumberjack output's is its name prefixed `lumberjack.`, so it may share a name with a Forward output."""
+    name = out.name or default_output_name(out)
+    return name if isinstance(out, ForwardOutputConfig) else f"lumberjack.{name}"
 
 
 def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, key: str, value: str,
@@ -368,7 +374,7 @@ def _check_output_names(outputs: OutputsConfig) -> None:
         for i, out in enumerate(getattr(outputs, kind)):
             where = f"outputs.{kind}[{i}]"
             key, value = (f"{where}.name", out.name) if out.name else (f"{where}.segment", out.segment)
-            unnamed = "" if out.name else " (an output without a name is named after its segment)"
+            unnamed = "" if out.name else f" (an output without a name is named {default_output_name(out)!r})"
             _check_output_file_name(out, key, value, unnamed)
             checkpoint = f"outputs/{output_name(out)}.checkpoint"
             other = taken.setdefault(checkpoint, where)
