@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -11,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import logport
 from logport.spark import pipeline
 from tests.spark.sample import TIME_METRICS, build_sample, write_bodies
 
@@ -158,3 +162,27 @@ def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) ->
     for key, want in closed.items():
         assert got[key]["count"] == want["count"]
         assert got[key]["total_time_p95"] == want["total_time_p95"]
+
+
+SUBMITTED = """
+from logport.spark.pipeline import spark_session
+
+spark = spark_session(None)
+print("master:", spark.sparkContext.master, flush=True)
+spark.stop()
+"""
+
+
+def test_spark_submit_master_is_kept(tmp_path: Path) -> None:
+    # Its own JVM, started by spark-submit exactly as on a cluster: the master reaches the job only
+    # as a system property of that JVM.
+    script = tmp_path / "submitted.py"
+    script.write_text(SUBMITTED, encoding="utf-8")
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": str(Path(logport.__file__).parents[1])}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    done = subprocess.run([str(spark_submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           str(script)], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "master: local[1]" in done.stdout.splitlines()

@@ -62,19 +62,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+def configured_master() -> str | None:
+    """The master something other than `--master` chose: a running SparkContext's, else the JVM's spark.master.
+
+    The JVM is spark-submit's own when the job runs under it (its --master and --conf are the JVM's
+    system properties), else one launched now with PYSPARK_SUBMIT_ARGS and spark-defaults.conf. A
+    SparkConf made before any JVM exists holds nothing of these, so the JVM has to come first.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        return active.master
+    SparkContext._ensure_initialized()  # pyspark's own first step of creating a context
+    return SparkConf().get("spark.master")
+
+
 def spark_session(master: str | None, app_name: str = "logport-pipeline") -> SparkSession:
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     import logport.spark
 
     builder = (SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))  # the job prints its own progress lines
-    if not master and not SparkConf().contains("spark.master"):  # not under spark-submit
-        master = "local[*]"
     if master:
         builder = builder.master(master)
-    if (master or "").startswith("local"):
+    else:
+        master = configured_master()
+        if not master:
+            master = "local[*]"
+            builder = builder.master(master)
+    if master.startswith("local"):
         # Local Python workers must be this interpreter (it has logport), not whatever `python3` is.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
