@@ -71,9 +71,15 @@ class AgentProducer:
 
 
 class RawSubscriber:
-    def __init__(self, ctx: zmq.asyncio.Context, port: int, prefix: bytes = b"", curve: Curve | None = None) -> None:
+    def __init__(self, ctx: zmq.asyncio.Context, port: int, prefix: bytes = b"", curve: Curve | None = None,
+                 rcv_hwm: int | None = None, rcv_buf: int | None = None) -> None:
+        """`rcv_hwm` (messages) and `rcv_buf` (kernel bytes) make a slow subscriber whose queues fill soon."""
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if rcv_hwm is not None:  # only set before connect() does it apply to the connection's pipe
+            self.sock.setsockopt(zmq.RCVHWM, rcv_hwm)
+        if rcv_buf is not None:
+            self.sock.setsockopt(zmq.RCVBUF, rcv_buf)
         curve_client(self.sock, curve)
         self.sock.setsockopt(zmq.SUBSCRIBE, prefix)
         self.sock.connect(f"tcp://127.0.0.1:{port}")

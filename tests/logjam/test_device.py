@@ -359,3 +359,54 @@ async def test_odd_stored_events_are_skipped_or_published_never_fatal(tmp_path: 
             await sub.recv_data(0.3)
         producer.close()
         sub.close()
+
+
+PUB_HWM = 10  # messages the PUB queues per subscriber before it drops
+SLOW_MESSAGES = 400  # ~4 KB each: several times what the PUB, the SUB and both kernels' buffers hold between them
+SLOW_WINDOW = 50  # sync sends in flight at once (group commits them)
+
+
+async def test_pub_drops_for_a_slow_subscriber_past_pub_hwm_and_stores_everything(
+        tmp_path: Path, zctx: zmq.asyncio.Context) -> None:
+    """A subscriber that does not read costs it messages (a sequence gap), never the hub memory or a reply.
+
+    libzmq's PUB drops silently past SNDHWM: no error, no event, no per-subscriber count, so the hub has
+    no metric of PUB drops (logport_logjam_lost_messages counts gaps a logport *consumer* sees); a
+    subscriber sees them as gaps in the sequence numbers, which is what this checks.
+    """
+    cfg = hub_config(tmp_path, ["logjam"], logjam={"pub_hwm": PUB_HWM, "heartbeat_interval": 60.0})
+    async with running_hub(cfg) as hub:
+        assert hub.runtime is not None
+        producer = AgentProducer(zctx, cfg.logjam.router_port)
+        sub = RawSubscriber(zctx, cfg.logjam.pub_port, rcv_hwm=PUB_HWM, rcv_buf=4096)
+        probes = await until_connected(sub, producer)  # connected and subscribed; from here on it does not read
+        replies = []
+        for start in range(0, SLOW_MESSAGES, SLOW_WINDOW):
+            window = range(start, min(start + SLOW_WINDOW, SLOW_MESSAGES))
+            for i in window:
+                await producer.sock.send_multipart([b"", *agent_frames(i, size=4000)])
+            replies += [await asyncio.wait_for(producer.sock.recv_multipart(), 10.0) for _ in window]
+        assert replies == [[APP_ENV, lj.ACCEPTED]] * SLOW_MESSAGES  # every sync send answered, none refused
+
+        sequences = []
+        while True:
+            try:
+                frames = await sub.recv_data(1.0)
+            except TimeoutError:
+                break
+            sequences.append(lj.decode_meta(frames[3]).sequence)
+        first, last = probes + 1, probes + SLOW_MESSAGES  # the sequence numbers the messages were published with
+        assert sequences == sorted(set(sequences)) and set(sequences) <= set(range(first, last + 1))
+        # the kernel buffers (the hub's send buffer grows to tcp_wmem's maximum) hold some; PUB drops the rest
+        assert 0 < len(sequences) < SLOW_MESSAGES, f"{len(sequences)} of {SLOW_MESSAGES} reached the subscriber"
+        gaps = [b - a - 1 for a, b in zip([first - 1, *sequences], sequences, strict=False) if b - a > 1]
+        assert gaps, f"no gap in the sequence numbers seen: {sequences[:5]}..."
+        # handed to PUB all the same: the published counter does not see what PUB dropped
+        assert sample(hub, "logport_logjam_messages_published_total", kind="data") == probes + SLOW_MESSAGES
+
+        stored = [next(iter(b)).record.get("i") for b in await data_batches(hub)]
+        assert [i for i in stored if i is not None] == list(range(SLOW_MESSAGES))  # every one stored, once
+        producer.close()
+        sub.close()
+        print(f"\npub_hwm {PUB_HWM}: {len(sequences)} of {SLOW_MESSAGES} reached a subscriber that did not read, "
+              f"{len(gaps)} gaps ({sum(gaps)} messages dropped by PUB), all stored")
