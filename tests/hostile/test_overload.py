@@ -124,7 +124,9 @@ async def test_overload_bounded_memory_slower_acks_nothing_lost(hub: HubProcess)
     senders = [Sender(port, 100 + i) for i in range(CONNECTIONS)]
     rss: list[int] = []
     pending: list[float] = []
-    fsyncs_before = metric_value(hub.metrics_text(), "logport_store_fsyncs_total")
+    before = hub.metrics_text()
+    fsyncs_before = metric_value(before, "logport_store_fsyncs_total")
+    pauses_before = metric_value(before, "logport_forward_read_pauses_total")
     stop_sampling = asyncio.Event()
 
     async def sample() -> None:
@@ -153,6 +155,11 @@ async def test_overload_bounded_memory_slower_acks_nothing_lost(hub: HubProcess)
     errors = [s.error for s in senders if s.error is not None]
 
     assert errors == [], errors  # overload slows acks, it does not drop connections
+    # every chunk written was acknowledged before its sender hung up: slower acks, none missing
+    unacked = sum(len(s.sent) for s in calib + senders)
+    assert not any(s.sent for s in calib + senders), f"{unacked} chunks written were never acknowledged"
+    # back-pressure really happened: connections stopped reading at max_inflight_bytes
+    assert metric_value(metrics, "logport_forward_read_pauses_total") > pauses_before
     assert max(rss) < RSS_BOUND, f"hub RSS {max(rss) >> 20} MiB over the bound {RSS_BOUND >> 20} MiB"
     assert written < offered, "the offer was not throttled: no back-pressure reached the clients"
     assert offered >= 10 * acked_bytes / overload_elapsed * OVERLOAD_SECONDS, "offered less than 10x what was stored"
