@@ -1,5 +1,5 @@
-"""Brute force against a hub process. Forward shared key: every wrong key is refused and logged with
-the peer, and a peer that keeps guessing is rate-limited (a burst of tries, then a trickle).
+"""Brute force against a hub process. Forward shared key and segment token: every wrong one is refused and
+logged with the peer, and a peer that keeps guessing is rate-limited (a burst of tries, then a trickle).
 """
 
 from __future__ import annotations
@@ -117,7 +117,13 @@ async def test_segment_token_guessing_is_rate_limited(tmp_path_factory: pytest.T
         assert await asyncio.to_thread(segment_token_try, port, SEGMENT_TOKEN) == "accepted"
         results = [await asyncio.to_thread(segment_token_try, port, f"wrong-{i}") for i in range(GUESSES)]
     finally:
-        process.stop()
+        process.stop()  # after it the log holds every line
     assert "accepted" not in results
     refused = results.count("refused")
     assert refused <= MAX_EVALUATED, f"{refused} of {GUESSES} wrong tokens were checked at full speed: no rate limit"
+    segment_log = [r for r in log_records(process) if r.get("logger") == "logport.segment"
+                   and r.get("level") == "warning" and str(r.get("peer", "")).startswith("127.0.0.1:")]
+    failed = [r for r in segment_log if r.get("msg") == "authentication failed" and r.get("reason") == "wrong token"]
+    assert refused <= len(failed) <= GUESSES, f"{refused} wrong tokens refused, {len(failed)} logged with the peer"
+    limited = [r for r in segment_log if "too many failures" in str(r.get("msg"))]
+    assert limited, "rate limiting of token guesses not logged with the peer"
