@@ -29,6 +29,10 @@ class TLSConfig:
     key: str = ""
     client_ca: str = ""  # CA bundle used to verify client certificates
     verify_client: bool = False  # require a client certificate signed by client_ca
+    # seconds a connection may take to finish its handshake before it is closed: a connection is only
+    # counted against max_connections once its handshake is done, so this bounds how long a silent
+    # one holds a descriptor (asyncio's own default is 60 s)
+    handshake_timeout: float = 10.0
 
     @property
     def enabled(self) -> bool:
@@ -409,6 +413,7 @@ def validate(config: Config) -> None:
             raise ConfigError(f"config keys '{name}.tls.cert' and '{name}.tls.key' must be set together")
         if tls.verify_client and not tls.client_ca:
             raise ConfigError(f"config key '{name}.tls.verify_client' is true but '{name}.tls.client_ca' is empty")
+        _check_positive(f"{name}.tls.handshake_timeout", tls.handshake_timeout)
     fw = config.forward
     for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes",
                 "max_total_inflight_bytes"):

@@ -49,6 +49,15 @@ host = "10.0.0.1"
     assert c.outputs.forward[0].name == "downstream"
 
 
+def test_tls_handshake_timeout_per_listener(tmp_path: Path) -> None:
+    """asyncio's default (60 s) would let a connection that never sends a ClientHello hold a descriptor
+    that long, uncounted by max_connections."""
+    c = load_config(None)
+    assert [s.tls.handshake_timeout for s in (c.forward, c.lumberjack, c.segment)] == [10.0, 10.0, 10.0]
+    c = load_config(write(tmp_path, "[forward.tls]\nhandshake_timeout = 2\n"))
+    assert (c.forward.tls.handshake_timeout, c.segment.tls.handshake_timeout) == (2.0, 10.0)
+
+
 def test_command_line_overrides(tmp_path: Path) -> None:
     c = load_config(write(tmp_path, '[store]\ndata_dir = "x"\n'), data_dir="y", bind="0.0.0.0")
     assert c.store.data_dir == "y"
@@ -67,6 +76,8 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         ("[store]\nretention_age = -1\n", "'store.retention_age' has value -1"),
         ("[forward]\nport = 70000\n", "'forward.port' has value 70000"),
         ("[forward.tls]\ncert = 'c.pem'\n", "'forward.tls.cert' and 'forward.tls.key'"),
+        ("[segment.tls]\nhandshake_timeout = 0\n", "'segment.tls.handshake_timeout' has value 0"),
+        ("[lumberjack.tls]\nhandshake_timeout = -1\n", "'lumberjack.tls.handshake_timeout' has value -1.0"),
         ("[[routes]]\nmatch = 'a'\n", "'routes[0].segment'"),
         ("[metrics]\nenabled = 'yes'\n", "'metrics.enabled' must be a bool, not 'yes'"),
         ("store = 1\n", "[store] must be a table"),

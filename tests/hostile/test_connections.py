@@ -1,22 +1,38 @@
 """Connection floods against a real hub process: slowloris (1000 idle, half-sent connections per
-TCP listener) and 10k connections opened and closed. Normal clients must keep getting acks in
-time, the hub must not leak file descriptors or memory, and nothing may crash a callback.
+TCP listener; on TLS listeners, connections that never send a ClientHello) and 10k connections
+opened and closed. Normal clients must keep getting acks in time, the hub must not leak file
+descriptors or memory, and nothing may crash a callback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import selectors
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
+import pylogbeat
 import pytest
 
+from logport.clients.segment import SegmentAppender
+from logport.tls import client_context
 from tests.chaos.harness import HubProcess, metric_value, raise_nofile
-from tests.hostile.peers import forward_send_acked, lumberjack_send_acked, segment_send_acked
+from tests.hostile.peers import (
+    forward_entries,
+    forward_message,
+    forward_send_acked,
+    lumberjack_send_acked,
+    read_forward_ack,
+    segment_send_acked,
+)
+from tests.support import self_signed_cert
 
 SLOWLORIS = 1000  # idle connections per listener
 CHURN = 10_000  # connections opened and closed, spread over the listeners
@@ -34,6 +50,10 @@ IDLE_PER_LISTENER = 500  # half-sent connections for the memory-per-connection f
 IDLE_BYTES_BOUND = 64 * 1024  # RSS one idle connection may cost the hub
 CHURN_RSS: list[int] = []  # (before, after) of the churn test
 GARBAGE = b"\xc1" * 64 + b"GET / HTTP/1.1\r\n\r\n"
+HANDSHAKE_TIMEOUT = 0.5  # tls.handshake_timeout of the TLS hub: short, so the test sees its closes
+SILENT_TLS = 200  # connections per TLS listener that never send a ClientHello, replaced as they are closed
+TLS_ROUNDS = 4  # rounds of normal TLS clients while those are held
+SILENT_CLOSE_BOUND = 15.0  # seconds a silent TLS connection may live: well under asyncio's default 60 s
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +249,140 @@ async def _measure_idle_memory(hub: HubProcess, listener: str) -> None:
     assert per_connection < IDLE_BYTES_BOUND, (
         f"{listener}: an idle connection costs {per_connection / 1024:.0f} KiB of hub RSS "
         f"(bound {IDLE_BYTES_BOUND // 1024} KiB)")
+
+
+# --- TLS slowloris: connections that never start the handshake ---
+
+
+def hold_silent_connections(ports: list[int], per_port: int, ready: threading.Event,
+                            stop: threading.Event) -> tuple[list[float], int]:
+    """Keep `per_port` connections open to each port that never send a byte (on a TLS port: no
+    ClientHello), opening a new one whenever the server closes one, until `stop`; then wait for the
+    server to close the rest. Returns how long each one lived (connect to the server's close, an EOF
+    or a reset) and how many the server had not closed 10 s after `stop`."""
+    selector = selectors.DefaultSelector()
+    lifetimes: list[float] = []
+
+    def open_one(port: int) -> None:
+        sock = open_connection(port)
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ, (port, time.monotonic()))
+
+    try:
+        for port in ports:
+            for _ in range(per_port):
+                open_one(port)
+        ready.set()
+        give_up: float | None = None
+        while selector.get_map():
+            if stop.is_set() and give_up is None:
+                give_up = time.monotonic() + 10
+            if give_up is not None and time.monotonic() > give_up:
+                break
+            for key, _ in selector.select(timeout=0.05):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(1)
+                except BlockingIOError:
+                    continue
+                except ConnectionResetError:
+                    data = b""
+                assert data == b"", f"the server sent {data!r} to a connection that sent nothing"
+                port, opened = key.data
+                lifetimes.append(time.monotonic() - opened)
+                selector.unregister(sock)
+                sock.close()
+                if not stop.is_set():
+                    open_one(port)
+        return lifetimes, len(selector.get_map())
+    finally:
+        ready.set()
+        for key in list(selector.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        selector.close()
+
+
+def forward_send_acked_tls(port: int, ca: str, count: int = 10, timeout: float = 10.0) -> float:
+    """tests.hostile.peers.forward_send_acked over TLS."""
+    chunk = os.urandom(16).hex()
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
+            client_context(ca=ca).wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(forward_message("hostile.tls", forward_entries(count), count, chunk))
+        ack = read_forward_ack(sock, msgpack.Unpacker(raw=False))
+    assert ack == {"ack": chunk}, ack
+    return time.monotonic() - began
+
+
+def lumberjack_send_acked_tls(port: int, ca: str, count: int = 10, timeout: float = 10.0) -> float:
+    began = time.monotonic()
+    with pylogbeat.PyLogBeatClient("127.0.0.1", port, timeout=timeout, ssl_enable=True, ca_certs=ca) as client:
+        client.send([{"message": f"tls {i}", "@metadata": {"beat": "hostile"}} for i in range(count)])
+    return time.monotonic() - began
+
+
+async def segment_send_acked_tls(port: int, ca: str, count: int = 10, timeout: float = 10.0) -> float:
+    began = time.monotonic()
+    appender = SegmentAppender("127.0.0.1", port, "hostile-tls", retry_for=timeout, connect_timeout=timeout,
+                               ssl=client_context(ca=ca))
+    await appender.start()
+    try:
+        await appender.append_many([b"tls %d" % i for i in range(count)])
+        await asyncio.wait_for(appender.flush(), timeout)
+    finally:
+        await appender.close(flush=False)
+    return time.monotonic() - began
+
+
+async def test_tls_handshake_timeout_closes_silent_connections(tmp_path: Path) -> None:
+    """A TLS connection is counted (max_connections) only once its handshake is done, so connections
+    that never send a ClientHello are bounded by tls.handshake_timeout alone: the hub closes them
+    after it, and normal TLS clients are served while a flood of them is held."""
+    raise_nofile(6 * SILENT_TLS + 1000)
+    cert, key = self_signed_cert(tmp_path)
+    tls = {"cert": str(cert), "key": str(key), "handshake_timeout": HANDSHAKE_TIMEOUT}
+    hub = HubProcess(tmp_path / "hub", ("forward", "lumberjack", "segment"),
+                     settings={f"{name}.tls": tls for name in ("forward", "lumberjack", "segment")})
+    await hub.start()
+    try:
+        ports = listener_ports(hub)
+        baseline = hub.fd_count()
+        ready, stop = threading.Event(), threading.Event()
+        flood = asyncio.create_task(asyncio.to_thread(
+            hold_silent_connections, list(ports.values()), SILENT_TLS, ready, stop))
+        await asyncio.to_thread(ready.wait, 30)
+        peak_fds = hub.fd_count()
+        worst = {name: 0.0 for name in ports}
+        try:
+            for _ in range(TLS_ROUNDS):
+                took = await asyncio.gather(
+                    asyncio.to_thread(forward_send_acked_tls, ports["forward"], str(cert)),
+                    asyncio.to_thread(lumberjack_send_acked_tls, ports["lumberjack"], str(cert)),
+                    segment_send_acked_tls(ports["segment"], str(cert)),
+                )
+                worst = {name: max(worst[name], t) for name, t in zip(ports, took, strict=True)}
+                peak_fds = max(peak_fds, hub.fd_count())
+                await asyncio.sleep(HANDSHAKE_TIMEOUT / 2)
+        finally:
+            stop.set()
+            lifetimes, still_open = await flood
+        for name, seconds in worst.items():
+            assert seconds < ACK_BOUND, f"{name}: a TLS client took {seconds:.2f}s beside the silent connections"
+        # the flood really was held beside the clients (a third of it would already be 200 descriptors)
+        assert peak_fds >= baseline + SILENT_TLS, f"hub fds {baseline} -> peak {peak_fds}"
+        assert still_open == 0, f"{still_open} silent connections still open 10 s after the flood stopped"
+        assert len(lifetimes) >= 3 * SILENT_TLS
+        # closed by the timeout: not before it, and long before asyncio's default of 60 s (a connection
+        # can wait a second or two in a full accept queue before the hub's timer starts)
+        assert min(lifetimes) >= 0.8 * HANDSHAKE_TIMEOUT, f"closed after {min(lifetimes):.2f}s"
+        assert max(lifetimes) < SILENT_CLOSE_BOUND, f"a silent connection lived {max(lifetimes):.2f}s"
+        released = await wait_for(lambda: hub.fd_count() <= baseline + FD_SLACK, 30, "hub releasing descriptors")
+        assert hub.alive()
+        assert errors_in_log(hub) == []
+        print(f"\ntls slowloris: {len(lifetimes)} silent connections closed after "
+              f"{min(lifetimes):.2f}..{max(lifetimes):.2f}s (handshake_timeout {HANDSHAKE_TIMEOUT}); hub fds "
+              f"{baseline} -> peak {peak_fds} -> {hub.fd_count()} (released in {released:.1f}s); worst TLS client "
+              f"{json.dumps({k: round(v, 3) for k, v in worst.items()})}")
+    finally:
+        hub.stop()

@@ -73,8 +73,10 @@ class ForwardServer:
         cfg = self.config
         loop = asyncio.get_running_loop()
         ssl_context = tls.server_context(cfg.tls)
+        handshake_timeout = cfg.tls.handshake_timeout if ssl_context else None  # asyncio refuses one without TLS
         self._tcp = await loop.create_server(lambda: ForwardConnection(self), cfg.bind, cfg.port,
-                                             ssl=ssl_context, backlog=1024, reuse_address=True)
+                                             ssl=ssl_context, ssl_handshake_timeout=handshake_timeout,
+                                             backlog=1024, reuse_address=True)
         self.port = self._tcp.sockets[0].getsockname()[1]
         self._udp, _ = await loop.create_datagram_endpoint(lambda: HeartbeatProtocol(self),
                                                            local_addr=(cfg.bind, self.port))

@@ -182,9 +182,12 @@ class LumberjackServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        tls = self.config.tls
+        ssl_context = server_context(tls)
         self.server = await loop.create_server(
             lambda: LumberjackConnection(self), self.config.bind, self.config.port,
-            ssl=server_context(self.config.tls), reuse_address=True,
+            ssl=ssl_context, reuse_address=True,
+            ssl_handshake_timeout=tls.handshake_timeout if ssl_context else None,
         )
 
     @property

@@ -87,9 +87,12 @@ class SegmentServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        tls = self.config.tls
+        ssl_context = server_context(tls)
         self._server = await loop.create_server(
             lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
-            ssl=server_context(self.config.tls), reuse_address=True,
+            ssl=ssl_context, reuse_address=True,
+            ssl_handshake_timeout=tls.handshake_timeout if ssl_context else None,
         )
         if self.config.idle_timeout > 0:
             self._idle_task = loop.create_task(self._close_idle())
