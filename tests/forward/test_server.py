@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gzip
 import json
+import logging
+import os
 import socket
 from pathlib import Path
 
@@ -14,8 +17,10 @@ import pytest
 from logport.batch import pack_entries
 from logport.config import RouteConfig
 from logport.protocols import forward as fp
+from logport.store import frames
+from logport.store.reader import DirectoryReader
 from tests.conftest import VECTORS
-from tests.forward.helpers import forward_config, running_hub, stored_events
+from tests.forward.helpers import forward_config, running_hub, stored_events, wait_for_events
 
 P = msgpack.Packer(use_bin_type=True)
 
@@ -371,3 +376,37 @@ async def test_acks_still_sent_after_the_client_half_closes(tmp_path: Path) -> N
         assert sorted(a["ack"] for a in up) == [f"h{n}" for n in range(5)]
         assert len(await stored_events(hub)) == 1000
         w.close()
+
+
+async def test_disk_full_no_ack_clear_error_and_the_resent_chunk_is_stored_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = forward_config(tmp_path)
+    caplog.set_level(logging.ERROR, logger="logport.forward")
+    async with running_hub(config) as hub:
+        assert hub.runtime is not None
+        port = config.forward.port
+        assert await send_chunk(port, "before", entries(2)) == {"ack": "before"}
+        assert len(await wait_for_events(hub, 2)) == 2  # written before the disk fills
+        real_pwritev = os.pwritev
+
+        def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+            real_pwritev(fd, [b"\xff" * 3], offset)  # a torn write lands before the error
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "pwritev", disk_full)
+        r, w = await connect(port)
+        w.write(fp.encode_packed_forward("t", entries(3, start=2), {"chunk": "full"}))
+        await closed_without_reply(r, 5)  # no {"ack": "full"}: the client keeps the chunk and resends it
+        w.close()
+        (line,) = [rec for rec in caplog.records if "store refused a batch" in rec.getMessage()]
+        assert "segment 'forward'" in line.getMessage() and "No space left on device" in line.getMessage()
+        assert line.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+
+        monkeypatch.undo()  # space returns: the resent chunk is stored, its second resend only acked
+        assert await send_chunk(port, "full", entries(3, start=2)) == {"ack": "full"}
+        assert await send_chunk(port, "full", entries(3, start=2)) == {"ack": "full"}
+        assert [e[3]["i"] for e in await stored_events(hub)] == [0, 1, 2, 3, 4]
+        reader = DirectoryReader(config.store.data_dir)
+        start, end, _ = reader.bounds("forward")  # the files as they stand: whole frames, no torn bytes
+        assert sum(frames.HEADER_SIZE + len(b) for _, _, b in reader.iter_frames("forward", start, end)) == end - start
+        assert end == hub.runtime.store.info("forward").end_offset
