@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
+import os
 import ssl
 import struct
 import zlib
@@ -28,12 +30,15 @@ from logport.protocols.lumberjack import (
     encode_window,
 )
 from logport.servers.lumberjack import MAX_EVENT_DEPTH, build_batches
+from logport.store import frames
+from logport.store.reader import DirectoryReader
 from tests.conftest import VECTORS
 from tests.lumberjack.harness import (
     lumberjack_config,
     running_hub,
     self_signed_cert,
     stored_batches,
+    stored_records,
     wait_for_records,
 )
 
@@ -390,6 +395,50 @@ async def test_an_event_the_store_refuses_closes_the_connection_unacknowledged(
         assert await closed_by_server(reader)
         assert any("exceeds max_frame_size 4096" in r.getMessage() for r in caplog.records)
         assert await stored_batches(hub.runtime.store, "lumberjack") == []
+
+
+async def test_disk_full_no_ack_clear_error_and_the_resent_window_is_stored(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = lumberjack_config(tmp_path / "data")
+    caplog.set_level(logging.WARNING, logger="logport.lumberjack")
+    async with running_hub(config) as hub:
+        port = hub.config.lumberjack.port
+        reader, writer = await connect(port)
+        writer.write(window(range(1, 3)))
+        await read_acks_until(reader, 2)
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 2)) == 2  # written before the disk fills
+        real_pwritev = os.pwritev
+
+        def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+            real_pwritev(fd, [b"\xff" * 3], offset)  # a torn write lands before the error
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "pwritev", disk_full)
+        writer.write(window(range(1, 4)))
+        replies = b""
+        try:
+            while data := await asyncio.wait_for(reader.read(1024), 5):
+                replies += data
+        except ConnectionResetError:
+            pass  # closed with an abort
+        assert replies.replace(ack(0), b"") == b""  # no A 3, only keep-alives at most: the window is resent
+        writer.close()
+        (line,) = [r for r in caplog.records if r.name == "logport.lumberjack" and "No space" in r.getMessage()]
+        assert "closing connection" in line.getMessage() and "segment 'lumberjack'" in line.getMessage()
+        assert line.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+
+        monkeypatch.undo()  # space returns: the Beats client resends the unacknowledged window
+        reader, writer = await connect(port)
+        writer.write(window(range(1, 4)))
+        await read_acks_until(reader, 3)
+        writer.close()
+        # at least once is the protocol's promise; the failed attempt itself left nothing behind
+        records = await stored_records(hub.runtime.store, "lumberjack")
+        assert [r.record["message"] for r in records] == ["m1", "m2", "m1", "m2", "m3"]
+        files = DirectoryReader(config.store.data_dir)
+        start, end, _ = files.bounds("lumberjack")  # the files as they stand: whole frames, no torn bytes
+        assert sum(frames.HEADER_SIZE + len(b) for _, _, b in files.iter_frames("lumberjack", start, end)) == end - start
+        assert end == hub.runtime.store.info("lumberjack").end_offset
 
 
 async def test_a_window_larger_than_a_store_frame_is_stored_as_several_batches(tmp_path: Path) -> None:
