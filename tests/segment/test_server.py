@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import io
 import logging
+import os
 import signal
 import struct
 import sys
@@ -703,3 +705,78 @@ async def test_hub_closes_promptly_while_a_setup_append_is_unanswered(tmp_path: 
     await asyncio.sleep(0.1)  # the block is in too
     await asyncio.wait_for(h.stop(), 5)
     assert await peer.closed()  # and nothing was acknowledged
+
+
+# --- a full disk: nothing acknowledged, a clear error, the retry stored once ---
+
+
+def fill_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every store write fails with ENOSPC after a torn write, as on a full disk; monkeypatch.undo() frees it."""
+    real_pwritev = os.pwritev
+
+    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+        real_pwritev(fd, [b"\xff" * 3], offset)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwritev", disk_full)
+
+
+def assert_intact(hub: Hub, segment: str) -> None:
+    """The segment's files, as they stand, are whole frames up to the store's end: no torn bytes."""
+    files = DirectoryReader(hub.config.store.data_dir)
+    start, end, _ = files.bounds(segment)
+    assert sum(frames.HEADER_SIZE + len(b) for _, _, b in files.iter_frames(segment, start, end)) == end - start
+    assert end == hub.runtime.store.info(segment).end_offset  # type: ignore[union-attr]
+
+
+async def test_disk_full_gets_operation_failed_not_data_appended_and_the_resent_block_is_stored_once(
+        hub: Hub, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.WARNING, logger="logport.segment")
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "logs"))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+    before = sp.event_messages([b"before"])
+    await peer.send(sp.encode_block(CID, 0, before))
+    assert await peer.reply() == sp.DataAppended(CID, len(before))
+
+    fill_the_disk(monkeypatch)
+    await peer.send(sp.encode_block(CID, len(before), EV))
+    reply = await peer.reply()
+    assert isinstance(reply, sp.OperationFailed), reply  # no DataAppended: the client keeps the block
+    assert reply.segment == "logs" and "No space left on device" in reply.message
+    (line,) = [r for r in caplog.records if r.getMessage() == "append refused"]
+    assert line.segment == "logs" and line.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+    assert "No space left on device" in line.error  # type: ignore[attr-defined]
+
+    monkeypatch.undo()  # space returns: the client sets up again, finds its ack level unmoved, resends
+    await peer.send(sp.SetupAppend(CID, "logs"))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, len(before))
+    await peer.send(sp.encode_block(CID, len(before), EV), sp.encode_block(CID, len(before), EV))
+    assert await peer.reply() == sp.DataAppended(CID, len(before) + len(EV))
+    assert await peer.reply() == sp.DataAppended(CID, len(before) + len(EV))  # the second copy: not stored
+    await peer.close()
+    assert events_of(hub, "logs") == [b"before", b"one", b"two", b"three"]
+    assert_intact(hub, "logs")
+
+
+async def test_the_appender_retries_through_a_full_disk_and_delivers_exactly_once(
+        hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = hub.runtime.store  # type: ignore[union-attr]
+    fill_the_disk(monkeypatch)
+    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", block_size=256, linger=0,
+                                 reconnect_delay=0.01, max_reconnect_delay=0.05)
+    await app.start()
+    for i in range(100):
+        await app.append(b"event-%03d" % i)
+    for _ in range(500):  # each OperationFailed is retried: a new session, the blocks sent again
+        if app.reconnects >= 3:
+            break
+        await asyncio.sleep(0.01)
+    assert app.reconnects >= 3 and app.ack_level == 0  # nothing acknowledged while the disk is full
+    assert store.metrics.registry.get_sample_value("logport_store_write_errors_total", {"segment": "logs"}) >= 3
+
+    monkeypatch.undo()
+    await asyncio.wait_for(app.flush(), 5)
+    await app.close()
+    assert events_of(hub, "logs") == [b"event-%03d" % i for i in range(100)]
+    assert_intact(hub, "logs")
