@@ -780,3 +780,20 @@ async def test_the_appender_retries_through_a_full_disk_and_delivers_exactly_onc
     await app.close()
     assert events_of(hub, "logs") == [b"event-%03d" % i for i in range(100)]
     assert_intact(hub, "logs")
+
+
+async def test_an_appender_backs_off_from_a_full_disk_and_gives_up_after_retry_for(
+        hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session the server sets up only to refuse every block is no working session: the back-off grows
+    and retry_for runs out (they were reset each time: a reconnect and a resend of everything unacknowledged
+    every reconnect_delay, for as long as the disk stays full)."""
+    fill_the_disk(monkeypatch)
+    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", linger=0, reconnect_delay=0.01,
+                                 max_reconnect_delay=0.16, retry_for=0.8)
+    await app.start()
+    await app.append(b"never stored")
+    with pytest.raises(ConnectionError, match="unreachable or failing for 0.8s: .*No space left"):
+        await asyncio.wait_for(app.flush(), 10)
+    # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 ... reach 0.8 s after about 8 sessions (about 80 without it)
+    assert 3 <= app.reconnects <= 12
+    await app.close()

@@ -312,6 +312,7 @@ class SegmentAppender:
         self._error: BaseException | None = None
         self._closing = False
         self._set_up = False  # the current session got its AppendSetup
+        self._setup_level: int | None = None  # the ack level it started from
 
     async def start(self) -> SegmentAppender:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -405,13 +406,16 @@ class SegmentAppender:
                 return
             except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError, SegmentRequestFailed) as e:
                 # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
-                if self._set_up:  # that session worked: start the back-off afresh
+                if self._set_up and not (isinstance(e, SegmentRequestFailed) and self.ack_level == self._setup_level):
+                    # that session worked: start the back-off afresh. One the server set up only to refuse
+                    # every block (OperationFailed: a full disk) did not, else the client would resend
+                    # all it holds every reconnect_delay, for ever
                     failing_since = None
                     delay = self.reconnect_delay
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.retry_for:
-                    self._fail(ConnectionError(f"segment server unreachable for {self.retry_for:.0f}s: {e}"))
+                    self._fail(ConnectionError(f"segment server unreachable or failing for {self.retry_for:g}s: {e}"))
                     return
             except errors.LogportError as e:  # an error reply no retry can fix
                 self._fail(e)
@@ -453,6 +457,7 @@ class SegmentAppender:
         assert isinstance(reply, sp.AppendSetup)
         self._resume_from(reply.ack_level)
         self._set_up = True
+        self._setup_level = self.ack_level
         self._sent = 0
         self._sent_offset = reply.ack_level
         lost = self._lost
