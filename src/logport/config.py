@@ -19,6 +19,10 @@ from logport.errors import ConfigError, InvalidSegmentName
 
 MiB = 1024 * 1024
 _MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems (an output's name becomes a file name)
+# open connections one client address may hold on a TCP listener (0 = no limit): about half of
+# max_connections, so one address cannot fill a listener, yet far more than a shipper opens; behind
+# NAT or a proxy, or with many local clients on a 127.0.0.1 bind, every client is one address
+MAX_CONNECTIONS_PER_PEER = 512
 
 
 @dataclass
@@ -90,6 +94,7 @@ class ForwardConfig:
     chunk_size_limit: int = 16 * MiB  # largest msgpack message (compressed size) before close
     decompression_size_limit: int = 256 * MiB  # largest decompressed CompressedPackedForward payload
     max_connections: int = 1024
+    max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     idle_timeout: float = 300.0  # seconds without a byte before a connection is closed; 0 = never
     max_inflight_bytes: int = 8 * MiB  # per connection: received, not yet stored; reading pauses above
     max_total_inflight_bytes: int = 32 * MiB  # the same over all connections of the listener
@@ -114,6 +119,7 @@ class LumberjackConfig:
     keepalive_interval: float = 5.0  # seconds between keep-alive acks (A 0) while a window is stored
     idle_timeout: float = 60.0  # close a connection silent this long (Logstash client_inactivity_timeout); 0 = never
     max_connections: int = 1000
+    max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     partial_window_delay: float = 0.2  # store (and ack) part of a window after its sender paused this long
 
 
@@ -134,6 +140,7 @@ class SegmentServerConfig:
     max_pending_bytes: int = 32 * MiB  # appended, unacknowledged bytes per connection before reading pauses
     idle_timeout: float = 0.0  # close a connection silent this long; 0 = never
     max_connections: int = 1024  # further connections are closed at once
+    max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     max_reads_per_connection: int = 64  # outstanding ReadSegments (each may wait at the tail)
     max_writers_per_connection: int = 1024  # connection ids one TCP connection may set up
 
@@ -414,6 +421,7 @@ def validate(config: Config) -> None:
         if tls.verify_client and not tls.client_ca:
             raise ConfigError(f"config key '{name}.tls.verify_client' is true but '{name}.tls.client_ca' is empty")
         _check_positive(f"{name}.tls.handshake_timeout", tls.handshake_timeout)
+        _check_positive(f"{name}.max_connections_per_peer", section.max_connections_per_peer, zero_ok=True)
     fw = config.forward
     for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes",
                 "max_total_inflight_bytes"):

@@ -58,6 +58,16 @@ def test_tls_handshake_timeout_per_listener(tmp_path: Path) -> None:
     assert (c.forward.tls.handshake_timeout, c.segment.tls.handshake_timeout) == (2.0, 10.0)
 
 
+def test_max_connections_per_peer_per_listener(tmp_path: Path) -> None:
+    """One address may not fill a listener by default (about half of max_connections); 0 turns it off."""
+    c = load_config(None)
+    listeners = (c.forward, c.lumberjack, c.segment)
+    assert [s.max_connections_per_peer for s in listeners] == [512, 512, 512]
+    assert all(s.max_connections_per_peer < s.max_connections for s in listeners)
+    c = load_config(write(tmp_path, "[lumberjack]\nmax_connections_per_peer = 0\n"))
+    assert (c.lumberjack.max_connections_per_peer, c.forward.max_connections_per_peer) == (0, 512)
+
+
 def test_command_line_overrides(tmp_path: Path) -> None:
     c = load_config(write(tmp_path, '[store]\ndata_dir = "x"\n'), data_dir="y", bind="0.0.0.0")
     assert c.store.data_dir == "y"
@@ -76,6 +86,8 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         ("[store]\nretention_age = -1\n", "'store.retention_age' has value -1"),
         ("[forward]\nport = 70000\n", "'forward.port' has value 70000"),
         ("[forward.tls]\ncert = 'c.pem'\n", "'forward.tls.cert' and 'forward.tls.key'"),
+        ("[forward]\nmax_connections_per_peer = -1\n", "'forward.max_connections_per_peer' has value -1"),
+        ("[segment]\nmax_connections_per_peer = 1.5\n", "'segment.max_connections_per_peer' must be an integer"),
         ("[segment.tls]\nhandshake_timeout = 0\n", "'segment.tls.handshake_timeout' has value 0"),
         ("[lumberjack.tls]\nhandshake_timeout = -1\n", "'lumberjack.tls.handshake_timeout' has value -1.0"),
         ("[[routes]]\nmatch = 'a'\n", "'routes[0].segment'"),

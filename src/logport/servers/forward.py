@@ -61,7 +61,8 @@ class ForwardServer:
         self.connections: set[ForwardConnection] = set()
         self.inflight = 0  # bytes received and not yet stored, over all connections
         self.paused: set[ForwardConnection] = set()
-        self.guard = ConnectionGuard(log, max_connections=self.config.max_connections)
+        self.guard = ConnectionGuard(log, max_connections=self.config.max_connections,
+                                     max_per_peer=self.config.max_connections_per_peer)
         self.handshake_failures = FailureLimiter(log, what="forward handshake")  # slows down key guessing
         # (nonce, auth salt) for every HELO instead of random ones: only for replaying recorded handshakes
         self.fixed_nonce: tuple[bytes, bytes] | None = None

@@ -176,7 +176,8 @@ class LumberjackServer:
         self.limits = Limits(cfg.max_payload_size, cfg.max_decompressed_size, cfg.max_window_size)
         self.metrics = LumberjackMetrics(runtime)
         self.connections: set[LumberjackConnection] = set()
-        self.guard = ConnectionGuard(log, max_connections=cfg.max_connections)
+        self.guard = ConnectionGuard(log, max_connections=cfg.max_connections,
+                                     max_per_peer=cfg.max_connections_per_peer)
         self.server: asyncio.Server | None = None
         self.max_body = int(runtime.store.config.max_frame_size * BATCH_FILL)
 

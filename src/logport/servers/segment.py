@@ -80,7 +80,8 @@ class SegmentServer:
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.connections: set[SegmentServerProtocol] = set()
-        self.guard = ConnectionGuard(log, max_connections=self.config.max_connections)
+        self.guard = ConnectionGuard(log, max_connections=self.config.max_connections,
+                                     max_per_peer=self.config.max_connections_per_peer)
         self.auth_failures = FailureLimiter(log, what="segment authentication")  # slows down token guessing
         self._server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
