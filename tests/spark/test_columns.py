@@ -42,7 +42,7 @@ def assert_same_as_cat(body: bytes) -> None:
 
 
 def test_sample_bodies_decode_as_cat_prints_them() -> None:
-    for bodies in build_sample(logjam_batches=3).bodies.values():
+    for bodies in build_sample(logjam_requests=45).bodies.values():
         for body in bodies:
             assert_same_as_cat(body)
 

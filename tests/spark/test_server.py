@@ -12,7 +12,7 @@ import pytest
 from logport.config import Config, StoreConfig
 from logport.hub import Hub
 from tests.conftest import free_port
-from tests.spark.sample import build_sample
+from tests.spark.sample import build_sample, forward_batches
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
@@ -40,7 +40,7 @@ def running_hub(tmp_path: Path) -> Iterator[tuple[str, str, asyncio.AbstractEven
 
 def test_server_reads_equal_directory_reads(spark, running_hub) -> None:  # type: ignore[no-untyped-def]
     data_dir, server, loop, hub = running_hub
-    sample = build_sample(logjam_batches=6, per_batch=20)
+    sample = build_sample(logjam_requests=120)
 
     async def store_all() -> None:
         for name, bodies in sample.bodies.items():
@@ -58,18 +58,19 @@ def test_server_reads_equal_directory_reads(spark, running_hub) -> None:  # type
 
     by_dir = rows(path=data_dir)
     by_server = rows(server=server, partitionBytes="4096")
-    assert len(by_dir) == 6 * 25 + 4 + 1 + 5 * 30 + 6 * 20  # forward (4 odd entries, 1 opaque), lumberjack, logjam
+    # forward (4 odd entries, 1 opaque), lumberjack, logjam (one event per stored batch)
+    assert len(by_dir) == 6 * 25 + 4 + 1 + 5 * 30 + len(sample.bodies["logjam"])
     assert by_server == by_dir
 
 
 def test_stream_over_server_follows_appends(spark, running_hub) -> None:  # type: ignore[no-untyped-def]
     _, server, loop, hub = running_hub
-    bodies = build_sample(logjam_batches=6, per_batch=10).bodies["logjam"]
+    bodies = forward_batches(6, 10)
 
     def store(items: list[bytes]) -> None:
         async def append() -> None:
             for body in items:
-                await hub.runtime.store.append("logjam", [body])
+                await hub.runtime.store.append("app", [body])
         asyncio.run_coroutine_threadsafe(append(), loop).result(60)
 
     store(bodies[:3])

@@ -12,7 +12,7 @@ from logport.batch import BatchDecodeError, decode_batch
 from logport.eventjson import dumps_event, event_objects
 from logport.spark.columns import dumps_json
 from logport.store.reader import DirectoryReader
-from tests.spark.sample import build_sample, write_bodies
+from tests.spark.sample import build_sample, forward_batches, write_bodies
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
@@ -41,7 +41,7 @@ def read_rows(spark, data_dir: str, **options: str) -> list:  # type: ignore[no-
 
 def test_batch_read_equals_logport_cat_column_by_column(spark, tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
-    write_bodies(data_dir, build_sample(logjam_batches=12).bodies)
+    write_bodies(data_dir, build_sample(logjam_requests=300).bodies)
     expected = cat_lines(data_dir)
     df = spark.read.format("logport").option("path", data_dir).option("partitionBytes", "8192").load()
     assert df.rdd.getNumPartitions() > 3  # three segments, the large ones split on frame boundaries
@@ -72,7 +72,7 @@ def test_batch_read_equals_logport_cat_column_by_column(spark, tmp_path: Path) -
 
 def test_batch_read_selects_segments_and_offsets(spark, tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
-    sample = build_sample(logjam_batches=4)
+    sample = build_sample(logjam_requests=4)
     write_bodies(data_dir, sample.bodies)
     expected = cat_lines(data_dir)
     rows = read_rows(spark, data_dir, segments="lumber*, logjam,nothing")
@@ -82,7 +82,7 @@ def test_batch_read_selects_segments_and_offsets(spark, tmp_path: Path) -> None:
     rows = read_rows(spark, data_dir, segments="logjam",
                      startingOffsets=f'{{"logjam": {start}}}', endingOffsets=f'{{"logjam": {end}}}')
     assert sorted({r.offset for r in rows}) == offsets[1:3]
-    assert len(rows) == 2 * 50
+    assert len(rows) == 2  # the logjam listener stores one event per batch
 
 
 def test_bad_options_are_refused(spark, tmp_path: Path) -> None:
@@ -105,25 +105,25 @@ def test_chunked_and_truncated_segment(spark, tmp_path: Path) -> None:
     from logport.store import SegmentStore
 
     data_dir = str(tmp_path / "data")
-    bodies = build_sample(logjam_batches=10, per_batch=20).bodies["logjam"]
-    write_bodies(data_dir, {"logjam": bodies}, chunk_size=15000)  # a chunk file every couple of batches
+    bodies = forward_batches(10, 20)
+    write_bodies(data_dir, {"app": bodies}, chunk_size=4000)  # a chunk file every couple of batches
     starts = [sum(len(b) + 8 for b in bodies[:i]) for i in range(len(bodies))]
 
     async def truncate() -> None:
-        store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never", chunk_size=15000))
+        store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never", chunk_size=4000))
         try:
-            await store.truncate("logjam", starts[4])
+            await store.truncate("app", starts[4])
         finally:
             await store.close()
 
     asyncio.run(truncate())
-    first = DirectoryReader(data_dir).bounds("logjam")[0]
+    first = DirectoryReader(data_dir).bounds("app")[0]
     assert 0 < first <= starts[4]
     expected = cat_lines(data_dir)
     rows = read_rows(spark, data_dir, partitionBytes="10000")
     assert sorted((r.segment, r.offset, r["index"]) for r in rows) == sorted(expected)
     assert min(r.offset for r in rows) == first
     with pytest.raises(Exception, match="(?i)truncat"):
-        read_rows(spark, data_dir, startingOffsets='{"logjam": 0}')
-    rows = read_rows(spark, data_dir, startingOffsets='{"logjam": 0}', failOnDataLoss="false")
+        read_rows(spark, data_dir, startingOffsets='{"app": 0}')
+    rows = read_rows(spark, data_dir, startingOffsets='{"app": 0}', failOnDataLoss="false")
     assert sorted((r.segment, r.offset, r["index"]) for r in rows) == sorted(expected)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.sample import build_sample, write_bodies
+from tests.spark.sample import build_sample, forward_batches, write_bodies
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
@@ -24,30 +24,29 @@ def keys_of(rows) -> list[tuple[str, int, int]]:  # type: ignore[no-untyped-def]
 
 def test_stream_follows_a_growing_segment(spark, tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
-    sample = build_sample(logjam_batches=9, per_batch=10)
-    batches = sample.bodies["logjam"]
-    write_bodies(data_dir, {"logjam": batches[:3]})
+    batches = forward_batches(9, 10)
+    write_bodies(data_dir, {"app": batches[:3]})
     query = stream(spark, data_dir).writeStream.format("memory").queryName("growing").start()
     try:
         query.processAllAvailable()
         assert spark.sql("SELECT count(*) FROM growing").first()[0] == 30
-        write_bodies(data_dir, {"logjam": batches[3:7]})
+        write_bodies(data_dir, {"app": batches[3:7]})
         query.processAllAvailable()
         assert spark.sql("SELECT count(*) FROM growing").first()[0] == 70
-        write_bodies(data_dir, {"logjam": batches[7:], "lumberjack": sample.bodies["lumberjack"][:1]})
+        write_bodies(data_dir, {"app": batches[7:], "lumberjack": build_sample(logjam_requests=0).bodies["lumberjack"][:1]})
         query.processAllAvailable()
         rows = spark.sql("SELECT * FROM growing").collect()
     finally:
         query.stop()
     keys = keys_of(rows)
     assert len(keys) == len(set(keys)) == 90 + 30
-    assert {k[0] for k in keys} == {"logjam", "lumberjack"}
+    assert {k[0] for k in keys} == {"app", "lumberjack"}
 
 
 def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    batches = build_sample(logjam_batches=12, per_batch=10).bodies["logjam"]
+    batches = forward_batches(12, 10)
     starts = [sum(len(b) + 8 for b in batches[:i]) for i in range(len(batches) + 1)]
     frame_bytes = max(len(b) + 8 for b in batches)
 
@@ -60,15 +59,15 @@ def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Pa
         finally:
             query.stop()
 
-    write_bodies(data_dir, {"logjam": batches[:6]})
+    write_bodies(data_dir, {"app": batches[:6]})
     first = run_once()
-    write_bodies(data_dir, {"logjam": batches[6:]})
+    write_bodies(data_dir, {"app": batches[6:]})
     second = run_once()
     # Admission control: at most 2 frames per trigger, so each run took several micro-batches.
     assert len(first) >= 3 and len(second) >= 3
     assert all(p["numInputRows"] <= 20 for p in first + second)
     # Offsets in the checkpoint are sorted JSON maps segment -> byte offset.
-    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"logjam":{starts[6]}}}'
+    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"app":{starts[6]}}}'
     rows = spark.read.parquet(out).collect()
     keys = keys_of(rows)
     assert len(keys) == len(set(keys)) == 120
@@ -77,8 +76,8 @@ def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Pa
 
 def test_admission_by_rows_and_available_now(spark, tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
-    sample = build_sample(logjam_batches=6, per_batch=10)
-    write_bodies(data_dir, {"logjam": sample.bodies["logjam"], "lumberjack": sample.bodies["lumberjack"][:2]})
+    lumberjack = build_sample(logjam_requests=0).bodies["lumberjack"]
+    write_bodies(data_dir, {"app": forward_batches(6, 10), "lumberjack": lumberjack[:2]})
     query = (stream(spark, data_dir, maxRowsPerTrigger="25").writeStream.format("memory").queryName("rows_now")
              .trigger(availableNow=True).start())
     query.awaitTermination(120)

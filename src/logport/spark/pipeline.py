@@ -142,7 +142,7 @@ def _finish(df: DataFrame) -> DataFrame:
 
 
 def requests(events: DataFrame) -> DataFrame:
-    """Logjam requests: events tagged logs.* or any record with `action` and `total_time`, one row each."""
+    """Logjam requests, one row each: records with `action` on a logs.* topic or tag, or with `action` and `total_time`."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import (
         ArrayType,
@@ -159,8 +159,11 @@ def requests(events: DataFrame) -> DataFrame:
     fields += [StructField(m, DoubleType()) for m in TIME_METRICS]
     parsed = events.where(F.col("record").isNotNull()).withColumn(
         "r", F.from_json("record", StructType(fields), {"mode": "PERMISSIVE"}))
-    is_request = (F.col("tag").startswith("logs.") & F.col("r.action").isNotNull()) | (
-        F.col("r.action").isNotNull() & F.col("r.total_time").isNotNull())
+    # The logjam listener keeps the topic (logs.<app>.<env> for requests) in the option and tags the batch
+    # logjam.<app-env>.<topic>; a logs.* tag is what other shippers of logjam requests may use.
+    topic = F.get_json_object("option", "$.topic")
+    is_request = F.col("r.action").isNotNull() & (
+        topic.startswith("logs.") | F.col("tag").startswith("logs.") | F.col("r.total_time").isNotNull())
     app_env = F.coalesce(F.get_json_object("option", "$.app_env"),
                          F.when(F.col("r.app").isNotNull(), F.concat_ws("-", "r.app", "r.env")),
                          F.col("tag"))
