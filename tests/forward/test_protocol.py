@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import re
+import tracemalloc
 import zlib
+from collections.abc import Callable, Iterator
 
 import msgpack
 import pytest
@@ -383,20 +386,229 @@ def test_fluent_bit_server_recording() -> None:
 
 # --- hypothesis: arbitrary bytes never raise anything but the protocol's error, never hang ---
 
-@given(st.binary(max_size=2048), st.integers(min_value=1, max_value=64))
-def test_arbitrary_bytes(data: bytes, split: int) -> None:
-    conn = ServerConnection(chunk_size_limit=4096, decompression_size_limit=1 << 16)
+FUZZ_CHUNK_LIMIT = 4096
+FUZZ_DECOMPRESSION_LIMIT = 1 << 16
+FUZZ_KEY = "fuzz-key"
+FUZZ_NONCE = b"n" * 16
+# what one decode of at most a few KiB may allocate (tracemalloc peak): the limits above, a few times over
+FUZZ_MEMORY_BOUND = 1 << 20
+SPLITS = st.integers(min_value=1, max_value=64)
+
+
+def fuzz_server(shared_key: str = "", users: dict[str, str] | None = None) -> ServerConnection:
+    return ServerConnection(peer="fuzz:1", shared_key=shared_key, users=users, hostname="fuzz-hub",
+                            chunk_size_limit=FUZZ_CHUNK_LIMIT, decompression_size_limit=FUZZ_DECOMPRESSION_LIMIT,
+                            nonce=FUZZ_NONCE, auth_salt=b"s" * 16)
+
+
+def serve(conn: ServerConnection, data: bytes, split: int) -> list[object]:
+    """Feed `data` in pieces and answer as the listener does (PONG a PING, ack a chunk): the events up to the
+    protocol's own error (RemoteProtocolError and its kin), if the input brings one."""
+    out: list[object] = []
+
+    def answer(event: object) -> None:
+        out.append(event)
+        if isinstance(event, fp.Ping):
+            conn.send(conn.answer(event))
+        elif isinstance(event, EventBatch):
+            assert len(event.entries) <= 2 * FUZZ_DECOMPRESSION_LIMIT  # what a decompression or a frame can give
+            if event.chunk is not None:
+                conn.send(fp.Ack(event.chunk))
+
+    feed(conn, data, split, answer)
+    assert conn.buffered <= len(data)
+    return out
+
+
+def feed(conn: ServerConnection | fp.ClientConnection, data: bytes, split: int,
+         on_event: Callable[[object], None]) -> None:
+    """Only the protocol's own error may come out; next_event asks for more data within as many calls as
+    there are bytes (it never loops); what the decoder allocates stays under FUZZ_MEMORY_BOUND."""
+    with allocation_peak() as peak:
+        try:
+            for i in range(0, len(data), split):
+                conn.receive_data(data[i:i + split])
+                for _ in range(len(data) + 2):
+                    event = conn.next_event()
+                    if event is NEED_DATA:
+                        break
+                    on_event(event)
+                else:
+                    raise AssertionError("next_event never asked for more data")
+        except RemoteProtocolError:
+            pass
+    assert peak[0] < FUZZ_MEMORY_BOUND, f"{peak[0]} bytes allocated to decode {len(data)}"
+
+
+@contextlib.contextmanager
+def allocation_peak() -> Iterator[list[int]]:
+    """The most memory (bytes, by tracemalloc) allocated at once within the block, in the list it yields."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    peak: list[int] = []
     try:
-        for i in range(0, len(data), split):
-            conn.receive_data(data[i:i + split])
-            for _ in range(len(data) + 2):
-                if conn.next_event() is NEED_DATA:
-                    break
-            else:
-                raise AssertionError("next_event never asked for more data")
+        yield peak
+    finally:
+        peak.append(tracemalloc.get_traced_memory()[1] - base)
+        if started:
+            tracemalloc.stop()
+
+
+def valid_ping(users: dict[str, str] | None) -> bytes:
+    """The PING a client with the right key (and password) answers fuzz_server's HELO with."""
+    server = fuzz_server(FUZZ_KEY, users)
+    client = fp.ClientConnection(shared_key=FUZZ_KEY, hostname="fuzz-client", salt="fuzzsalt",
+                                 username="alice" if users else "", password=(users or {}).get("alice", ""))
+    client.receive_data(server.initiate())
+    assert isinstance(client.next_event(), fp.Helo)
+    return client.ping()
+
+
+USERS = {"alice": "pw"}
+HANDSHAKES = st.sampled_from([(None, b""), (None, valid_ping(None)), (USERS, b""), (USERS, valid_ping(USERS))])
+
+
+@given(st.binary(max_size=2048), SPLITS)
+def test_arbitrary_bytes(data: bytes, split: int) -> None:
+    serve(fuzz_server(), data, split)
+
+
+@given(HANDSHAKES, st.binary(max_size=2048), SPLITS)
+def test_arbitrary_bytes_to_a_server_with_a_shared_key(handshake: tuple[dict[str, str] | None, bytes],
+                                                       data: bytes, split: int) -> None:
+    """WAIT_PING fed anything; or the right PING (with or without user auth) first, then anything in READY."""
+    users, ping = handshake
+    conn = fuzz_server(FUZZ_KEY, users)
+    conn.initiate()
+    serve(conn, ping + data, split)
+    if ping and conn.state is not fp.ServerState.CLOSED:
+        assert conn.username == ("alice" if users else "")
+
+
+HELO = fuzz_server(FUZZ_KEY).initiate()
+
+
+@given(st.sampled_from(["", FUZZ_KEY]), st.sampled_from([b"", HELO]), st.binary(max_size=2048), SPLITS)
+def test_arbitrary_bytes_to_a_client(shared_key: str, prefix: bytes, data: bytes, split: int) -> None:
+    """Anything a server may send: before the HELO, after it (PING sent, waiting for the PONG), when ready."""
+    conn = fp.ClientConnection(shared_key=shared_key, hostname="fuzz-client", salt="fuzzsalt", peer="fuzz:2",
+                               reply_size_limit=1024)  # less than the input can be: the limit is reached too
+
+    def answer(event: object) -> None:
+        if isinstance(event, fp.Helo):
+            conn.ping()
+        elif isinstance(event, fp.Pong):  # only a PONG whose digest matches the key gets here
+            raise AssertionError(f"a PONG without the shared key was accepted: {event}")
+
+    feed(conn, prefix + data, split, answer)
+
+
+FUZZ_RECORDS = st.dictionaries(st.text(max_size=5), st.one_of(
+    st.integers(-2**63, 2**64 - 1), st.text(max_size=10), st.binary(max_size=10), st.none(), st.floats()), max_size=4)
+FUZZ_TIMES = st.one_of(st.integers(0, 2**32 - 1), st.just(ET))
+FUZZ_ENTRIES = st.lists(st.tuples(FUZZ_TIMES, FUZZ_RECORDS), min_size=1, max_size=5)
+FUZZ_OPTIONS = st.one_of(st.none(), st.fixed_dictionaries({"chunk": st.text(min_size=1, max_size=8)}))
+
+
+@st.composite
+def msgpack_messages(draw: st.DrawFn) -> bytes:
+    """One valid message in any carrier mode, or a heartbeat."""
+    kind = draw(st.sampled_from(["message", "forward", "packed", "gzip", "zstd", "heartbeat"]))
+    if kind == "heartbeat":
+        return b"\xc0"
+    tag, entries, option = draw(st.text(min_size=1, max_size=8)), draw(FUZZ_ENTRIES), draw(FUZZ_OPTIONS)
+    if kind == "message":
+        return fp.encode_message(tag, entries[0][0], entries[0][1], option)
+    if kind == "forward":
+        return fp.encode_forward(tag, entries, option)
+    return fp.encode_packed_forward(tag, packed(*[list(e) for e in entries]), option,
+                                    compressed=kind if kind in ("gzip", "zstd") else None)
+
+
+JSON_RECORDS = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**53, 2**53), st.text(max_size=10)),
+                               max_size=4)
+# JSON that stays clear of the known JSON-mode bugs (test_json_values_msgpack_cannot_carry) under a few
+# mutations: two-digit integer times (no flip makes them an exponent past 2**32), no backslash or
+# control character in a string (no \u escape a mutation could turn into a lone surrogate)
+JSON_TEXT = st.text(st.characters(min_codepoint=0x20, exclude_characters="\\", exclude_categories=("Cs",)), max_size=8)
+JSON_RECORDS = st.dictionaries(JSON_TEXT, st.one_of(st.integers(-99, 99), JSON_TEXT), max_size=4)
+JSON_MESSAGES = st.builds(
+    lambda tag, time, record, message: json.dumps([tag, time, record] if message else [tag, [[time, record]]],
+                                                  ensure_ascii=False).encode(),
+    JSON_TEXT.filter(bool), st.integers(0, 99), JSON_RECORDS, st.booleans())
+
+
+@st.composite
+def valid_streams(draw: st.DrawFn) -> tuple[bool, bytes, int]:
+    """(shared key?, a valid stream a client may send, the events it decodes to)."""
+    if draw(st.booleans()):
+        messages = draw(st.lists(JSON_MESSAGES, min_size=1, max_size=4))
+        return False, b"".join(messages), len(messages)
+    messages = draw(st.lists(msgpack_messages(), min_size=1, max_size=4))
+    if draw(st.booleans()):
+        return True, valid_ping(None) + b"".join(messages), 1 + len(messages)
+    return False, b"".join(messages), len(messages)
+
+
+MUTATIONS = st.lists(st.tuples(st.sampled_from(["flip", "insert", "delete"]), st.integers(0, 1 << 16),
+                               st.integers(0, 255)), min_size=1, max_size=8)
+
+
+def mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
+    out = bytearray(data)
+    for op, where, value in mutations:
+        if op == "insert":
+            out.insert(where % (len(out) + 1), value)
+        elif out and op == "flip":
+            out[where % len(out)] ^= value or 1
+        elif out:
+            del out[where % len(out)]
+    return bytes(out)
+
+
+@given(valid_streams(), MUTATIONS, SPLITS)
+def test_mutated_valid_streams(stream: tuple[bool, bytes, int], mutations: list[tuple[str, int, int]],
+                               split: int) -> None:
+    """Valid Message / Forward / PackedForward (gzip, zstd) / JSON streams with bytes flipped, inserted, deleted:
+    lengths, headers and compressed payloads that are nearly right."""
+    keyed, data, count = stream
+    assert len(serve(fuzz_server(FUZZ_KEY if keyed else ""), data, split)) == count  # the stream itself is valid
+    server = fuzz_server(FUZZ_KEY if keyed else "")
+    server.initiate()
+    serve(server, mutate(data, mutations), split)
+
+
+@pytest.mark.xfail(raises=(OverflowError, UnicodeEncodeError), strict=True,
+                   reason="src bug: JSON mode passes on values msgpack and EventTime cannot carry: "
+                          "protocols/forward.py _forward packs them (OverflowError, UnicodeEncodeError out of "
+                          "next_event), and a tag or chunk reaches the listener, whose _store task dies on it")
+@pytest.mark.parametrize("data", [
+    b'["t", [[4294967296.0, {"a": 1}]]]',  # a float time of 2**32 s: EventTime has 4 bytes of seconds
+    b'["t", 5000000000.5, {"a": 1}]',
+    b'["t", [[Infinity, {"a": 1}]]]',  # json.loads takes Infinity
+    b'["t", [[18446744073709551616, {"a": 1}]]]',  # an integer time of 2**64: msgpack's ints end below
+    b'["t", 1, {"a": -9223372036854775809}]',
+    b'["t", 1, {"a": "\\ud800"}]',  # a lone surrogate: not UTF-8 (surrogateescape takes only \udc80-\udcff)
+    b'["\\ud800", [[1, {"a": 1}]], {"chunk": "c"}]',  # in the tag: the store encoding fails
+    b'["t", [[1, {"a": 1}]], {"chunk": "\\udbff"}]',  # in the chunk: the ack fails
+], ids=["float-time-2**32", "float-time-5e9", "infinity-time", "int-time-2**64", "int-record-below-int64",
+        "surrogate-record", "surrogate-tag", "surrogate-chunk"])
+def test_json_values_msgpack_cannot_carry_are_the_peers_error(data: bytes) -> None:
+    """Whether such an entry is refused or counted invalid, nothing but the protocol's error may come out of
+    the decoder, and what it yields must store and ack as the listener does it."""
+    conn = ServerConnection()
+    conn.receive_data(data)
+    try:
+        while (event := conn.next_event()) is not NEED_DATA:
+            assert isinstance(event, EventBatch)
+            encode_batch(event.tag, event.entries, {**event.option, "size": event.size})
+            if event.chunk is not None:
+                conn.send(fp.Ack(event.chunk))
     except RemoteProtocolError:
         pass
-    assert conn.buffered <= len(data)
 
 
 @given(st.lists(st.tuples(st.one_of(st.integers(0, 2**32 - 1), st.just(ET), st.floats(), st.text(max_size=3)),
