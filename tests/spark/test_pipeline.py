@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -24,10 +25,10 @@ MINUTE_NS = 60 * 1_000_000_000
 SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
 
 
-def run(*argv: str) -> int:
+def run(*argv: str, quiet: bool = True) -> int:
     parser = argparse.ArgumentParser()
     pipeline.add_arguments(parser)
-    return pipeline.main(parser.parse_args([*argv, "--quiet", "--master", "local[2]"]))
+    return pipeline.main(parser.parse_args([*argv, *(["--quiet"] if quiet else []), "--master", "local[2]"]))
 
 
 def nearest_rank(values: list[float], p: float) -> float:
@@ -168,6 +169,28 @@ def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) ->
     for key, want in closed.items():
         assert got[key]["count"] == want["count"]
         assert got[key]["total_time_p95"] == want["total_time_p95"]
+
+
+def test_progress_lines_name_rows_read_and_batches_done(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        spark) -> None:  # type: ignore[no-untyped-def]
+    bodies = build_sample(logjam_requests=160).bodies["logjam"]
+    stored = len(bodies)  # the logjam listener stores one event per batch: as many rows as batches
+    data, out = str(tmp_path / "data"), tmp_path / "out"
+    write_bodies(data, {"logjam": bodies})
+    assert run("batch", "--data-dir", data, "--out", str(out / "batch"), "--outputs", "traffic", quiet=False) == 0
+    err = capsys.readouterr().err
+    assert f"read {stored} rows from {stored} stored batches" in err
+    assert f"wrote {out / 'batch' / 'traffic'}" in err
+    assert re.search(r"^\[ *\d+\.\ds\] report: ", err, re.MULTILINE)
+    frame_bytes = max(len(b) for b in bodies) + 8
+    assert run("stream", "--data-dir", data, "--out", str(out / "stream"), "--outputs", "requests",
+               "--available-now", "--max-bytes-per-trigger", str(frame_bytes * (stored // 3 + 1)), quiet=False) == 0
+    err = capsys.readouterr().err
+    # While it runs and once it stopped: micro-batches done and rows read so far, the last line all of them.
+    done = [(int(n), int(rows)) for n, rows in re.findall(r"logport_requests: (\d+) batches, (\d+) rows read$",
+                                                           err, re.MULTILINE)]
+    assert done and done == sorted(done), err
+    assert done[-1][0] >= 3 and done[-1][1] == stored, err
 
 
 SUBMITTED = """
