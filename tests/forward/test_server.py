@@ -410,3 +410,27 @@ async def test_disk_full_no_ack_clear_error_and_the_resent_chunk_is_stored_once(
         start, end, _ = reader.bounds("forward")  # the files as they stand: whole frames, no torn bytes
         assert sum(frames.HEADER_SIZE + len(b) for _, _, b in reader.iter_frames("forward", start, end)) == end - start
         assert end == hub.runtime.store.info("forward").end_offset
+
+
+async def test_an_unexpected_error_storing_a_chunk_closes_the_connection_without_an_ack(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug while storing must not leave the client waiting on a live connection for an ack that never comes."""
+    from logport.servers import forward as server_module
+
+    config = forward_config(tmp_path)
+    caplog.set_level(logging.ERROR, logger="logport.forward")
+    async with running_hub(config):
+        port = config.forward.port
+
+        def broken(*args: object, **kwargs: object) -> bytes:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(server_module, "encode_batch", broken)
+        r, w = await connect(port)
+        w.write(fp.encode_packed_forward("t", entries(2), {"chunk": "c1"}))
+        await closed_without_reply(r, 5)
+        w.close()
+        (line,) = [rec for rec in caplog.records if "storing a batch failed" in rec.getMessage()]
+        assert line.peer.startswith("127.0.0.1:") and "a bug" in (line.exc_text or "")  # type: ignore[attr-defined]
+        monkeypatch.undo()
+        assert await send_chunk(port, "c1", entries(2)) == {"ack": "c1"}  # the listener goes on

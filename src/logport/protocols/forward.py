@@ -130,6 +130,19 @@ def pack_time(seconds: int, nanos: int | None) -> msgpack.ExtType | int:
     return msgpack.ExtType(0, seconds.to_bytes(4, "big") + nanos.to_bytes(4, "big"))
 
 
+# what JSON can say and msgpack cannot carry: an integer past 64 bits, a string with a lone surrogate
+_UNPACKABLE = (OverflowError, UnicodeEncodeError, ValueError)
+
+
+def _check_storable(what: str, value: Any) -> None:
+    """JSON mode: the tag and the option are stored (the option's chunk is acked), so a value msgpack cannot
+    carry there is the peer's error; in an entry it only makes the entry invalid."""
+    try:
+        _packer().pack(value)
+    except _UNPACKABLE as e:
+        raise ForwardProtocolError(f"{what} {brief(value)} cannot be stored: {e}") from None
+
+
 def _packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, unicode_errors=_UNICODE)
 
@@ -515,6 +528,8 @@ class ServerConnection:
         tag = obj[0]
         if not isinstance(tag, str):
             raise ForwardProtocolError(f"tag is not a string: {brief(tag)}")
+        if self._json:
+            _check_storable("tag", tag)
         second = obj[1]
         if isinstance(second, str | bytes):
             return self._packed(tag, as_bytes(second), self._option(obj, 2))
@@ -533,6 +548,8 @@ class ServerConnection:
         option = obj[index]
         if not isinstance(option, dict):
             raise ForwardProtocolError(f"option is not a map: {brief(option)}")
+        if self._json:
+            _check_storable("option", option)
         return option
 
     def _packed(self, tag: str, payload: bytes, option: dict[str, Any]) -> EventBatch:
@@ -559,13 +576,16 @@ class ServerConnection:
         invalid = 0
         for entry in entries:
             if self._json and mode is Mode.JSON and isinstance(entry, list) and len(entry) == 2 \
-                    and isinstance(entry[0], float) and entry[0] >= 0:
+                    and isinstance(entry[0], float) and 0 <= entry[0] < 2**32:  # EventTime's 4 bytes of seconds
                 whole = int(entry[0])  # JSON has no EventTime: a float time is seconds with a fraction
                 entry = [pack_time(whole, round((entry[0] - whole) * 1e9) % 1_000_000_000), entry[1]]
             if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict) and (
                     _is_time(entry[0]) or (isinstance(entry[0], list) and len(entry[0]) == 2
                                            and _is_time(entry[0][0]) and isinstance(entry[0][1], dict))):
-                parts.append(p.pack(entry))
+                try:
+                    parts.append(p.pack(entry))
+                except _UNPACKABLE:  # JSON mode: an integer past 64 bits, a lone surrogate
+                    invalid += 1
             else:
                 invalid += 1
         return EventBatch(tag, b"".join(parts), option, len(parts), invalid, mode)

@@ -321,6 +321,10 @@ class ForwardConnection(asyncio.Protocol):
             log.error("store refused a batch; no ack, closing: %s", e, extra={"peer": self.peer})
             server.metrics.errors.labels("store").inc()
             self.close()
+        except Exception:  # a bug: the client must not wait for an ack that never comes on a live connection
+            log.exception("storing a batch failed; no ack, closing", extra={"peer": self.peer})
+            server.metrics.errors.labels("internal").inc()
+            self.close()
         finally:
             self.inflight -= size
             server.inflight -= size
