@@ -108,6 +108,27 @@ async def test_gap_counting_is_exact(tmp_path: Path, zctx: zmq.asyncio.Context) 
     device.close()
 
 
+async def test_an_invalid_published_message_is_no_gap(tmp_path: Path, zctx: zmq.asyncio.Context) -> None:
+    """A message that arrived but is refused (a bad app-env, a body that is not JSON) used its sequence
+    number: it is counted invalid, not lost."""
+    device = FakeDevice(zctx)
+    cfg = hub_config(tmp_path, [], logjam={"subscribe": [device.endpoint], "subscribe_segment": "consumed"})
+    cfg.logjam.enabled = True
+    async with running_hub(cfg) as hub:
+        await device.until_heard(hub)
+        await device.data(0)
+        await device.data(1, app_env=b"not an app env")  # refused by the name check
+        await device.sock.send_multipart([APP_ENV, TOPIC, b"{not json", device.meta()])  # refused by the decoder
+        await device.data(3)
+        await wait_for(lambda: sample(hub, "logport_logjam_messages_stored_total", socket="sub") == 2)
+        await device.heartbeat()
+        await asyncio.sleep(0.1)
+        assert sample(hub, "logport_logjam_invalid_messages_total", reason="app_env") == 1
+        assert sample(hub, "logport_logjam_invalid_messages_total", reason="json") == 1
+        assert sample(hub, "logport_logjam_lost_messages_total", endpoint=device.endpoint) == 0
+    device.close()
+
+
 async def test_device_zero_is_not_counted(tmp_path: Path, zctx: zmq.asyncio.Context) -> None:
     device = FakeDevice(zctx, device=0)
     cfg = hub_config(tmp_path, [], logjam={"subscribe": [device.endpoint]})

@@ -10,6 +10,7 @@ is closed and opened again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import zmq
 import zmq.asyncio
@@ -52,19 +53,16 @@ class Subscription:
             message = lj.read_sub_message(frames)
         except ProtocolError as e:
             log_invalid(self.metrics, e, self.endpoint, "sub")
+            if len(frames) == 4 and not self.app_envs:  # it arrived: its sequence number is no gap
+                with contextlib.suppress(ProtocolError):
+                    self._observe(lj.decode_meta(frames[3]))
             return None
         if isinstance(message, lj.DataMessage) and self.app_envs and message.app_env not in self.app_envs:
             return None  # a prefix match of a longer app-env
         meta = message.meta
         assert meta is not None
         if not self.app_envs:
-            seen = self.gaps.observe(meta.device, meta.sequence)
-            if seen.lost:
-                self._lost.inc(seen.lost)
-                log.warning("logjam messages lost", extra={"peer": self.endpoint, "device": meta.device,
-                                                           "value": seen.lost})
-            if seen.restarted:
-                self._restarts.inc()
+            self._observe(meta)
         if isinstance(message, lj.Heartbeat):
             return None
         try:
@@ -72,6 +70,16 @@ class Subscription:
         except ProtocolError as e:
             log_invalid(self.metrics, e, self.endpoint, "sub")
             return None
+
+
+    def _observe(self, meta: lj.Meta) -> None:
+        seen = self.gaps.observe(meta.device, meta.sequence)
+        if seen.lost:
+            self._lost.inc(seen.lost)
+            log.warning("logjam messages lost", extra={"peer": self.endpoint, "device": meta.device,
+                                                       "value": seen.lost})
+        if seen.restarted:
+            self._restarts.inc()
 
 
 async def run_subscription(runtime: Runtime, ctx: zmq.asyncio.Context, endpoint: str, metrics: LogjamMetrics,
