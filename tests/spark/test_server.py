@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,8 @@ import pytest
 
 from logport.config import Config, StoreConfig
 from logport.hub import Hub
+from logport.spark.segments import ServerSegments, SourceOptionError
+from logport.spark.source import LogportBatchReader
 from tests.conftest import free_port
 from tests.spark.sample import build_sample, forward_batches
 
@@ -85,3 +89,36 @@ def test_stream_over_server_follows_appends(spark, running_hub) -> None:  # type
         query.stop()
     keys = [(r.segment, r.offset, r["index"]) for r in rows]
     assert len(keys) == len(set(keys)) == 60
+
+
+def test_server_offsets_inside_a_frame_are_refused(running_hub) -> None:  # type: ignore[no-untyped-def]
+    # No Spark: the check runs where the source plans, over the segment protocol.
+    _, server, loop, hub = running_hub
+    sample = build_sample(logjam_requests=20)
+    small = forward_batches(4, 5)
+    big = random.Random(1).randbytes(300_000)  # an opaque event larger than the window the check reads
+    segments = {"app": small, "logjam": sample.bodies["logjam"], "big": [small[0], big, *small[1:]]}
+
+    async def store_all() -> None:
+        for name, bodies in segments.items():
+            for body in bodies:
+                await hub.runtime.store.append(name, [body])
+
+    asyncio.run_coroutine_threadsafe(store_all(), loop).result(60)
+    access = ServerSegments(server)
+    try:
+        for name, bodies in segments.items():
+            starts = [sum(len(b) + 8 for b in bodies[:i]) for i in range(len(bodies) + 1)]
+            # Never refuses a frame start (or the end); on these frames no other offset gets through either.
+            step = 1 if name != "big" else 997
+            tried = sorted({*range(0, starts[-1] + 9, step), *starts})
+            assert [o for o in tried if access.could_start_frame(name, o)] == starts
+    finally:
+        access.close()
+    starts = [sum(len(b) + 8 for b in segments["app"][:i]) for i in range(3)]
+    options = {"server": server, "segments": "app"}
+    assert LogportBatchReader({**options, "startingoffsets": json.dumps({"app": starts[1]})}).partitions()
+    for option, offset in [("startingOffsets", starts[1] + 3), ("endingOffsets", starts[2] - 1)]:
+        reader = LogportBatchReader({**options, option.lower(): json.dumps({"app": offset})})
+        with pytest.raises(SourceOptionError, match=f"{option}: offset {offset} of segment 'app' is not where a frame"):
+            reader.partitions()

@@ -83,6 +83,9 @@ def test_batch_read_selects_segments_and_offsets(spark, tmp_path: Path) -> None:
                      startingOffsets=f'{{"logjam": {start}}}', endingOffsets=f'{{"logjam": {end}}}')
     assert sorted({r.offset for r in rows}) == offsets[1:3]
     assert len(rows) == 2  # the logjam listener stores one event per batch
+    # Inside a frame: refused while planning, the option, segment and offset named through Spark's error.
+    with pytest.raises(Exception, match=f"startingOffsets: offset {start + 1} of segment 'logjam' is not where a frame"):
+        read_rows(spark, data_dir, segments="logjam", startingOffsets=f'{{"logjam": {start + 1}}}')
 
 
 def test_bad_options_are_refused(spark, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Where the Spark source reads segments from: a data directory or a running hub.
 
-Both give the same four things: segment names, bounds, the frame headers of a
-byte range (to cut partitions and offsets on frame boundaries) and the frames
+Both give the same things: segment names, bounds, the frame headers of a byte
+range (to cut partitions and offsets on frame boundaries), whether a frame may
+start at an offset (to check offsets given as options) and the frames
 themselves. Opened in the driver to plan and in each task to read.
 """
 
@@ -19,6 +20,8 @@ from logport.store.files import SEGMENTS_DIR, ChunkReader, check_segment_name
 from logport.store.reader import DirectoryReader
 
 HEADER_WINDOW = 256 * 1024
+STORED_FRAME_TYPES = (frames.EVENT, frames.WRITER_RECORD, frames.WRITER_TABLE)  # every frame the store writes
+SERVER_CHECK_READS = 4  # windows read to check an offset over the segment protocol
 
 
 class SourceOptionError(LogportError):
@@ -31,6 +34,8 @@ class SegmentAccess(Protocol):
     def bounds(self, name: str) -> tuple[int, int, bool]: ...
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]: ...
+
+    def could_start_frame(self, name: str, offset: int) -> bool: ...
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]: ...
 
@@ -89,6 +94,21 @@ class DirectorySegments:
             yield pos, frame_type, length
             pos = stop
 
+    def could_start_frame(self, name: str, offset: int) -> bool:
+        """Whether a frame starts at `offset` (or the last whole frame ends there), exactly.
+
+        Walks the headers from the base of the chunk holding it: a chunk starts on a frame and no
+        frame spans two chunks, so this reads at most one chunk's headers.
+        """
+        reader = self._chunk_reader(name)
+        if not reader.bases or offset < reader.bases[0]:
+            return False
+        base, _ = reader.chunk_span(offset, offset)
+        position = base
+        for frame_offset, _, length in self.frame_headers(name, base, offset):
+            position = frame_offset + frames.HEADER_SIZE + length
+        return position == offset
+
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
         return self.reader.iter_frames(name, start, end)
 
@@ -120,6 +140,35 @@ class ServerSegments:
         # The protocol serves whole frames only, so the headers come with their bodies.
         for offset, frame_type, body in self.client.iter_frames(name, start, end):
             yield offset, frame_type, len(body)
+
+    def could_start_frame(self, name: str, offset: int) -> bool:
+        """False when no frame can start at `offset`; True when one may (exact at the start and the end).
+
+        The segment protocol tells no frame boundaries, and proving one means reading every frame
+        before it. A few windows are cheap: from a frame start every header is one the store writes,
+        no frame passes the end and the last one ends exactly there, which the bytes from inside a
+        frame rarely keep up for long.
+        """
+        start, end, _ = self.bounds(name)
+        if offset in (start, end):
+            return True
+        if not start < offset < end:
+            return False
+        position, window, window_start, reads = offset, b"", offset, 0
+        while position < end:
+            rel = position - window_start
+            if rel + frames.HEADER_SIZE > len(window):
+                if reads == SERVER_CHECK_READS:
+                    return True
+                window, _, _ = self.client.read(name, position, min(HEADER_WINDOW, end - position))
+                window_start, rel, reads = position, 0, reads + 1
+                if len(window) < frames.HEADER_SIZE:
+                    return False  # less than a header left before the end
+            frame_type, length = frames.HEADER.unpack_from(window, rel)
+            position += frames.HEADER_SIZE + length
+            if frame_type not in STORED_FRAME_TYPES or position > end:
+                return False
+        return True
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
         return self.client.iter_frames(name, start, end)

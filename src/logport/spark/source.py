@@ -37,6 +37,7 @@ from logport.store.reader import count_events
 
 DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024
 EARLIEST, LATEST = -2, -1  # as numbers inside a JSON offsets option (Kafka's convention)
+OFFSET_OPTIONS = {"startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets"}  # as README spells them
 
 Offsets = dict[str, int]
 
@@ -75,8 +76,14 @@ def _offset_spec(options: dict[str, str], key: str, default: str) -> str | dict[
         parsed = json.loads(value)
     except ValueError:
         parsed = None
-    if not (isinstance(parsed, dict) and all(isinstance(v, int) for v in parsed.values())):
-        raise SourceOptionError(f"option {key}={value!r} is not earliest, latest or a JSON map segment -> offset")
+    # bool is an int to Python, not an offset.
+    if not (isinstance(parsed, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in parsed.values())):
+        raise SourceOptionError(f"option {OFFSET_OPTIONS[key]}={value!r} is not earliest, latest or a JSON map "
+                                "segment -> offset")
+    for name, offset in parsed.items():
+        if offset < 0 and offset not in (EARLIEST, LATEST):
+            raise SourceOptionError(f"option {OFFSET_OPTIONS[key]}: offset {offset} of segment {name!r} is "
+                                    f"neither a byte offset nor {EARLIEST} (earliest) or {LATEST} (latest)")
     return parsed
 
 
@@ -114,10 +121,16 @@ class SegmentPlanner:
         return position
 
     def resolve(self, spec: str | dict[str, int], names: list[str], *, ending: bool) -> Offsets:
-        """Offsets for earliest / latest / a JSON map (segments left out of the map: earliest, or latest when ending)."""
+        """Offsets for earliest / latest / a JSON map (segments left out of the map: earliest, or latest when ending).
+
+        An offset from the map must be where a frame starts: read from anywhere else, the bytes of a
+        frame's middle would decode as garbage events. One below the segment's start is left to
+        `check_start` (failOnDataLoss): its bytes are gone, nothing can tell where frames were.
+        """
+        option = OFFSET_OPTIONS["endingoffsets" if ending else "startingoffsets"]
         out: Offsets = {}
         for name in names:
-            lo, _, _ = self.access.bounds(name)
+            lo, hi, _ = self.access.bounds(name)
             if isinstance(spec, dict):
                 value = spec.get(name, LATEST if ending else EARLIEST)
             else:
@@ -127,6 +140,12 @@ class SegmentPlanner:
             elif value == LATEST:
                 out[name] = self.complete_end(name, lo)
             else:
+                if value > hi:
+                    raise SourceOptionError(f"option {option}: offset {value} of segment {name!r} is beyond its "
+                                            f"end {hi}")
+                if value >= lo and not self.access.could_start_frame(name, value):
+                    raise SourceOptionError(f"option {option}: offset {value} of segment {name!r} is not where a "
+                                            f"frame starts (use an offset column value, {EARLIEST} or {LATEST})")
                 out[name] = value
         return _sorted(out)
 
