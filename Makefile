@@ -39,8 +39,10 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+# Spark needs a Java runtime; the segment protocol's Java test peer runs from source (java File.java), which
+# needs the compiler: a JDK, not only a JRE
 java:
-	@command -v java >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q default-jre-headless; }
+	@command -v javac >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q default-jdk-headless; }
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .hypothesis
