@@ -283,27 +283,39 @@ def test_handshake_refused(client: dict[str, str], users: dict[str, str] | None,
         cl.next_event()
 
 
-def test_events_before_ping_are_an_authentication_error() -> None:
-    server = ServerConnection(shared_key="k")
-    server.receive_data(P.pack(["t", 1, {"a": 1}]))
-    with pytest.raises(AuthenticationError):
-        server.next_event()
-
-
-@pytest.mark.parametrize("username, password", [(7, ""), ("u", 1.5), ("u", ["x"])])
-def test_a_ping_with_non_string_user_fields_is_an_authentication_error(username: object, password: object) -> None:
-    server = ServerConnection(shared_key="k", users={"u": "p"})
+@pytest.mark.parametrize("wire,error", [
+    (P.pack(["t", 1, {"a": 1}]), "expected PING, got ['t', 1, {'a': 1}]"),  # an event before the PING
+    (P.pack(["t", ENTRIES, {"chunk": "c"}]), "expected PING"),
+    (P.pack(["PING", "cli"]), "expected PING, got ['PING', 'cli']"),
+    (P.pack({"PING": "cli"}), "expected PING"),
+    (P.pack(["PING", 7, "salt", "d" * 128, "", ""]), "wrong field types"),
+    (P.pack(["PING", "cli", 5, "d" * 128, "", ""]), "wrong field types"),
+    (P.pack(["PING", "cli", "salt", None, "", ""]), "wrong field types"),
+    (P.pack(["PING", "cli", "salt", "d" * 128, 7, ""]), "not a string"),
+    (P.pack(["PING", "cli", "salt", "d" * 128, "u", 1.5]), "not a string"),
+    (P.pack(["PING", "cli", "salt", "d" * 128, "u", ["x"]]), "not a string"),
+    (b'["t", 1, {}]', "expected PING, got 91"),  # no JSON with a shared key: read as msgpack, "[" is 91
+])
+def test_anything_but_a_well_formed_ping_gets_pong_false(wire: bytes, error: str) -> None:
+    """Fluentd answers it with PONG false "invalid ping message" and closes: the peer learns why, and the
+    listener counts a failed handshake (a protocol error did neither)."""
+    server = ServerConnection(shared_key="k", users={"u": "p"}, hostname="srv", nonce=NONCE, auth_salt=SALT)
     server.initiate()
-    server.receive_data(P.pack(["PING", "cli", "salt", "d" * 128, username, password]))
-    with pytest.raises(AuthenticationError, match="not a string"):
-        server.next_event()
+    server.receive_data(wire)
+    ping = server.next_event()
+    assert isinstance(ping, fp.Ping) and error in ping.error
+    pong = server.answer(ping)
+    assert pong == fp.Pong(False, "invalid ping message", "", "") and server.state is fp.ServerState.CLOSED
+    assert msgpack.unpackb(server.send(pong)) == ["PONG", False, "invalid ping message", "", ""]
 
 
-def test_json_is_not_accepted_with_a_shared_key() -> None:
-    server = ServerConnection(shared_key="k")
-    server.receive_data(b'["t", 1, {}]')
-    with pytest.raises(RemoteProtocolError):
+def test_undecodable_bytes_before_the_ping_stay_a_protocol_error() -> None:
+    server = ServerConnection(shared_key="k", peer="10.0.0.1:5000")
+    server.initiate()
+    server.receive_data(b"\xc1")
+    with pytest.raises(RemoteProtocolError, match="invalid msgpack") as info:
         server.next_event()
+    assert not isinstance(info.value, AuthenticationError) and server.state is fp.ServerState.CLOSED
 
 
 def test_client_rejects_a_forged_pong() -> None:

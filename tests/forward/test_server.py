@@ -216,6 +216,41 @@ async def test_wrong_shared_key_gets_pong_false_and_close(tmp_path: Path, caplog
         gw.close()
 
 
+@pytest.mark.parametrize("wire", [
+    P.pack(["PING", "cli"]),  # a malformed PING
+    fp.encode_message("t", 1, {"a": 1}, {"chunk": "early"}),  # an event before the PING
+], ids=["short PING", "event before PING"])
+async def test_anything_but_a_ping_gets_pong_false_and_counts_as_a_failed_handshake(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, wire: bytes) -> None:
+    config = forward_config(tmp_path, shared_key="right")
+    async with running_hub(config) as hub:
+        r, w = await connect(config.forward.port)
+        assert msgpack.unpackb(await asyncio.wait_for(r.read(1000), 5))[0] == "HELO"
+        w.write(wire)
+        await closed_without_reply_after_pong(r, ["PONG", False, "invalid ping message", "", ""])
+        (line,) = [rec for rec in caplog.records if "handshake refused" in rec.getMessage()]
+        assert "invalid ping message: expected PING" in line.getMessage()
+        assert line.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+        server = hub.services["forward"]
+        assert server.handshake_failures.failures == 1  # type: ignore[attr-defined]
+        assert len(await stored_events(hub)) == 0
+        w.close()
+
+
+async def test_undecodable_bytes_before_the_ping_are_a_protocol_error_not_a_handshake(tmp_path: Path) -> None:
+    config = forward_config(tmp_path, shared_key="right")
+    async with running_hub(config) as hub:
+        r, w = await connect(config.forward.port)
+        await asyncio.wait_for(r.read(1000), 5)  # HELO
+        w.write(b"\xc1")
+        await closed_without_reply(r, 5)
+        assert hub.runtime is not None
+        assert hub.runtime.metrics.registry.get_sample_value(
+            "logport_forward_errors_total", {"reason": "ForwardProtocolError"}) == 1
+        assert hub.services["forward"].handshake_failures.failures == 0  # type: ignore[attr-defined]
+        w.close()
+
+
 async def test_garbage_bytes(tmp_path: Path) -> None:
     config = forward_config(tmp_path)
     async with running_hub(config) as hub:
@@ -328,11 +363,14 @@ async def test_repeated_wrong_keys_are_throttled_per_address(tmp_path: Path) -> 
             "logport_forward_errors_total", {"reason": "handshake_failures"}) == refused_before_helo
 
 
-async def closed_without_reply_after_pong(r: asyncio.StreamReader) -> None:
+async def closed_without_reply_after_pong(r: asyncio.StreamReader, pong: list[object] | None = None) -> None:
+    """The server sent PONG false (`pong` exactly, when given), nothing else, and closed."""
     data = b""
     while chunk := await asyncio.wait_for(r.read(1000), 5):
         data += chunk
-    assert msgpack.unpackb(data)[:2] == ["PONG", False]
+    assert data, "closed without a PONG"
+    reply = msgpack.unpackb(data)
+    assert reply == pong if pong is not None else reply[:2] == ["PONG", False]
 
 
 async def test_listener_wide_inflight_budget_pauses_and_resumes_every_connection(tmp_path: Path) -> None:

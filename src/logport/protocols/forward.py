@@ -31,13 +31,14 @@ from logport.errors import (
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer
 
 __all__ = [
-    "NEED_DATA", "Ack", "ClientConnection", "EventBatch", "ForwardProtocolError", "Heartbeat", "Helo",
-    "Mode", "Ping", "Pong", "ServerConnection", "digest", "encode_forward", "encode_message",
+    "INVALID_PING", "NEED_DATA", "Ack", "ClientConnection", "EventBatch", "ForwardProtocolError", "Heartbeat",
+    "Helo", "Mode", "Ping", "Pong", "ServerConnection", "digest", "encode_forward", "encode_message",
     "encode_packed_forward", "pack_time", "scan_entries",
 ]
 
 DEFAULT_CHUNK_SIZE_LIMIT = 16 * 1024 * 1024  # as [forward] chunk_size_limit
 DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
+INVALID_PING = "invalid ping message"  # Fluentd in_forward's PONG reason for anything but a well-formed PING
 _UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
 
 
@@ -87,11 +88,14 @@ class Helo:
 
 @dataclass(frozen=True, slots=True)
 class Ping:
+    """The client's PING; with `error` set, what came in its place (answer() refuses it with PONG false)."""
+
     hostname: str
     salt: str | bytes
     shared_key_digest: str
     username: str = ""
     password_digest: str = ""
+    error: str = ""  # why this is no valid PING, for the log; the peer is told INVALID_PING
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,17 +603,26 @@ class ServerConnection:
         return _packer().pack(["HELO", {"nonce": self.nonce, "auth": self.auth_salt, "keepalive": self.keepalive}])
 
     def _ping(self, obj: Any) -> Ping:
+        """What came while waiting for the PING. Anything decodable that is no well-formed PING (an event sent
+        before it, a short PING, wrong field types) is a Ping with `error`, not a protocol error: as in Fluentd,
+        the peer gets PONG false with a reason, and the listener counts it as a failed handshake."""
         if not (isinstance(obj, list) and len(obj) == 6 and obj[0] == "PING"):
-            raise AuthenticationError(f"expected PING, got {brief(obj)}")
+            return Ping("", "", "", error=f"expected PING, got {brief(obj)}")
         _, hostname, salt, key_digest, username, password_digest = obj
         if not (isinstance(hostname, str) and isinstance(salt, str | bytes) and isinstance(key_digest, str | bytes)):
-            raise AuthenticationError("PING has the wrong field types")
-        return Ping(hostname, salt, _s(key_digest), _s(username or ""), _s(password_digest or ""))
+            return Ping(hostname if isinstance(hostname, str) else "", "", "",
+                        error=f"PING has the wrong field types: {brief(obj)}")
+        try:
+            return Ping(hostname, salt, _s(key_digest), _s(username or ""), _s(password_digest or ""))
+        except AuthenticationError as e:
+            return Ping(hostname, salt, "", error=f"PING {e.message}")
 
     def answer(self, ping: Ping) -> Pong:
         """Check a PING; a failed check gives PONG false and the connection is closed after it."""
         reason = ""
-        if ping.hostname == self.hostname:
+        if ping.error:
+            reason = INVALID_PING
+        elif ping.hostname == self.hostname:
             reason = "same hostname between input and output: invalid configuration"
         elif not _eq(ping.shared_key_digest, digest(ping.salt, ping.hostname, self.nonce, self.shared_key)):
             reason = "shared_key mismatch"

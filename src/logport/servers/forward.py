@@ -238,7 +238,8 @@ class ForwardConnection(asyncio.Protocol):
         pong = self.conn.answer(ping)
         self.transport.write(self.conn.send(pong))
         if not pong.auth_result:
-            log.warning("handshake refused: %s", pong.reason,
+            reason = f"{pong.reason}: {ping.error}" if ping.error else pong.reason
+            log.warning("handshake refused: %s", reason,
                         extra={"peer": self.peer, "hostname": ping.hostname, "username": ping.username})
             self.server.metrics.errors.labels("authentication").inc()
             self.server.handshake_failures.record_failure(self.peer)
