@@ -153,10 +153,20 @@ def test_heartbeats_and_pipelined_messages() -> None:
     assert [e.tag for e in got if isinstance(e, EventBatch)] == ["a", "b"]
 
 
-def test_chunk_ack_same_msgpack_type() -> None:
+@pytest.mark.parametrize("wire,chunk,reply", [
+    (P.pack(["t", ENTRIES, {"chunk": "abc"}]), "abc", P.pack({"ack": "abc"})),
+    (P.pack(["t", ENTRIES, {"chunk": b"abc"}]), b"abc", b"\x81\xa3ack\xc4\x03abc"),  # a bin chunk is acked as bin
+    # a JSON connection is answered in JSON, as Fluentd does (its serializer there is to_json)
+    (b'["t", 1, {"k": "v"}, {"chunk": "abc"}]', "abc", b'{"ack":"abc"}'),
+    (b'["t", [[1, {"a": 1}]], {"chunk": "Y2h1bmstMDE=\\n"}]', "Y2h1bmstMDE=\n", b'{"ack":"Y2h1bmstMDE=\\n"}'),
+    (b'["t", 1, {"k": "v"}, {"chunk": "\xc3\xbc"}]', "\u00fc", b'{"ack":"\\u00fc"}'),
+])
+def test_chunk_ack_in_the_connections_encoding(wire: bytes, chunk: str | bytes, reply: bytes) -> None:
     conn = ServerConnection()
-    assert conn.send(fp.Ack("abc")) == P.pack({"ack": "abc"})
-    assert conn.send(fp.Ack(b"abc")) == b"\x81\xa3ack\xc4\x03abc"  # a bin chunk is acked as bin
+    conn.receive_data(wire)
+    batch = conn.next_event()
+    assert isinstance(batch, EventBatch) and batch.chunk == chunk
+    assert conn.send(fp.Ack(batch.chunk)) == reply
 
 
 @pytest.mark.parametrize("wire,message", [

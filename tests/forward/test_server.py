@@ -107,6 +107,16 @@ async def test_bin_chunk_is_acked_as_bin(tmp_path: Path) -> None:
         w.close()
 
 
+async def test_json_chunk_is_acked_in_json(tmp_path: Path) -> None:
+    config = forward_config(tmp_path)
+    async with running_hub(config) as hub:
+        r, w = await connect(config.forward.port)
+        w.write(b'["t", [[1700000000, {"k": "v"}]], {"chunk": "json-1"}]')
+        assert await asyncio.wait_for(r.read(100), 5) == b'{"ack":"json-1"}'
+        assert [e[3] for e in await stored_events(hub)] == [{"k": "v"}]
+        w.close()
+
+
 async def test_routing_tag_prefix_and_source_keys(tmp_path: Path) -> None:
     config = forward_config(tmp_path, add_tag_prefix="edge", source_address_key="src_ip",
                             source_hostname_key="src_host")

@@ -641,6 +641,10 @@ class ServerConnection:
 
     def send(self, event: Ack | Pong | Helo) -> bytes:
         if isinstance(event, Ack):
+            if self._json:  # a JSON connection is answered in JSON, as Fluentd does (its serializer is to_json)
+                chunk = event.chunk if isinstance(event.chunk, str) else event.chunk.decode("utf-8", _UNICODE)
+                # ASCII with \u escapes: the peer reads back exactly the string it sent, lone surrogates too
+                return json.dumps({"ack": chunk}, separators=(",", ":")).encode("ascii")
             return _packer().pack({"ack": event.chunk})
         if isinstance(event, Pong):
             return _packer().pack(["PONG", event.auth_result, event.reason, event.hostname, event.shared_key_digest])
