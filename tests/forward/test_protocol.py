@@ -337,6 +337,17 @@ def test_client_rejects_a_forged_pong() -> None:
     assert pong.auth_result
 
 
+def test_client_refuses_a_pong_with_its_own_hostname() -> None:
+    """A server answering with the client's own hostname is a loop (the client forwards to itself), refused even
+    though the PONG's digest checks out with the shared key."""
+    server, cl = handshake(salt="s")
+    server.answer(server.next_event())  # type: ignore[arg-type]
+    cl.receive_data(P.pack(["PONG", True, "", "cli", fp.digest("s", "cli", NONCE, "k")]))
+    with pytest.raises(AuthenticationError, match="our own"):
+        cl.next_event()
+    assert cl.state is fp.ClientState.CLOSED and cl.server_hostname == ""
+
+
 def test_client_refuses_to_send_before_the_handshake() -> None:
     cl = fp.ClientConnection(shared_key="k")
     with pytest.raises(LocalProtocolError):
