@@ -446,6 +446,41 @@ async def test_cat_from_server_and_send(hub: Hub) -> None:
     assert len(lines) == 3 and '"raw":"Zmlyc3QgbGluZQ=="' in lines[0]
 
 
+LINES = [b"line %d" % i for i in range(40)]
+TEXT = b"".join(line + b"\n" for line in LINES)
+SEND_ID = "00000000-0000-0000-0000-00000000abcd"
+
+
+@pytest.mark.parametrize(("first", "stored", "refused"), [
+    # a run stopped after 15 lines: the second run sends the other 25, once
+    (TEXT[: TEXT.index(b"line 15\n")], LINES, None),
+    # the whole input twice: nothing stored twice
+    (TEXT, LINES, None),
+    # the first run's input ended inside a line: the stored level falls inside an event of the whole input
+    (b"line 0\nline 1\nli", [b"line 0", b"line 1", b"li"], b"inside line 3"),
+    # more stored than this input holds
+    (TEXT + b"line 40\n", [*LINES, b"line 40"], b"ends at connection offset 590"),
+], ids=["stopped-after-a-line", "whole-input-twice", "stopped-inside-a-line", "input-shorter-than-stored"])
+async def test_send_with_a_connection_id_resumes_without_duplicates(
+        hub: Hub, first: bytes, stored: list[bytes], refused: bytes | None) -> None:
+    server = f"127.0.0.1:{port_of(hub)}"
+    parser = __import__("argparse").ArgumentParser()
+    client.add_send_arguments(parser)
+    assert await client._send(parser.parse_args(["lines", "--server", server, "--connection-id", SEND_ID]),
+                              io.BytesIO(first)) == 0
+    # the second run, of the real command, over the whole input
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "logport.cli", "send", "segment", "lines", "--server", server,
+        "--connection-id", SEND_ID, stdin=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(TEXT), 60)
+    assert b"Traceback" not in err, err.decode()
+    if refused is None:
+        assert proc.returncode == 0, err.decode()
+    else:
+        assert proc.returncode != 0 and refused in err and b"nothing appended" in err, err.decode()
+    assert events_of(hub, "lines") == stored
+
+
 async def test_cat_from_server_follow_stops_quietly_on_ctrl_c(hub: Hub) -> None:
     await hub.runtime.store.append("lines", [b"one"])  # type: ignore[union-attr]
     proc = await asyncio.create_subprocess_exec(

@@ -58,6 +58,10 @@ class AcknowledgedDataLost(errors.LogportError):
     """The server's ack level went backwards: data it had acknowledged is gone (fsync off, disk lost)."""
 
 
+class InputDoesNotResume(errors.LogportError):
+    """`logport send segment --connection-id`: the input does not line up with what the server stored for the id."""
+
+
 def reply_error(reply: sp.Message) -> errors.LogportError:
     """The exception an error reply stands for (store errors where one matches)."""
     if isinstance(reply, sp.NoSuchSegment):
@@ -329,6 +333,15 @@ class SegmentAppender:
         """Connection offset after the last appended event (None before the first setup)."""
         return None if self.ack_level is None else self.ack_level + self._unacked_bytes
 
+    async def initial_ack_level(self) -> int:
+        """The ack level of the first AppendSetup: the connection offset up to which events this connection id
+        appended before (an earlier run) are stored. Waits for the setup; call it before appending."""
+        while self.ack_level is None:
+            self._check()
+            self._acked.clear()
+            await self._acked.wait()
+        return self.ack_level
+
     async def append(self, body: bytes) -> None:
         """Queue one event; waits while too much is unacknowledged (back-pressure)."""
         await self.append_many((body,))
@@ -496,6 +509,7 @@ class SegmentAppender:
     def _resume_from(self, level: int) -> None:
         if self.ack_level is None:
             self.ack_level = level
+            self._acked.set()  # initial_ack_level waits for it
             return
         self._drop_acked(level)
         if level < self.ack_level:
@@ -714,7 +728,8 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("segment", help="segment to append to (created if missing)")
     parser.add_argument("--server", default=f"127.0.0.1:{DEFAULT_PORT}", help="HOST:PORT of the hub")
     parser.add_argument("--connection-id", type=uuid.UUID, default=None,
-                        help="UUID of this appender; reuse it to resume exactly once after a crash")
+                        help="UUID of this appender; re-run with the same id and the same input to resume"
+                             " exactly once after a crash (the lines already stored are skipped)")
     parser.add_argument("--token", default="", help="the server's segment.token")
     parser.add_argument("--tls", action="store_true", help="connect with TLS")
     parser.add_argument("--ca", default="", help="CA bundle to verify the server with")
@@ -729,13 +744,34 @@ async def _send(args: argparse.Namespace, lines: IO[bytes]) -> int:
     ctx = client_context(args.ca, verify=not args.insecure) if args.tls or args.ca else None
     appender = SegmentAppender(host, port, args.segment, connection_id=args.connection_id, ssl=ctx,
                                token=args.token, block_size=args.block_size, retry_for=30.0)
-    count = 0
+    count = skipped = 0
     async with appender:
-        for line in lines:
-            await appender.append(line.rstrip(b"\r\n") if line.endswith(b"\n") else line)
+        # a reused connection id: the server holds the events of the input up to its ack level (an earlier run
+        # of this input); they are skipped, as the appender counts them (8-byte header + body), so the rest
+        # continues the connection's offset and nothing is stored twice
+        stored = await appender.initial_ack_level() if args.connection_id is not None else 0
+        offset = 0  # connection offset after the input's lines so far
+        for number, line in enumerate(lines, 1):
+            body = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
+            if offset < stored:
+                start, offset = offset, offset + frames.HEADER_SIZE + len(body)
+                if offset > stored:
+                    raise InputDoesNotResume(
+                        f"the server's ack level for connection {appender.connection_id} on segment"
+                        f" {args.segment!r} is {stored}, inside line {number} of the input (its event spans"
+                        f" connection offsets {start}..{offset}): this is not the input that connection id sent"
+                        f" before; nothing appended")
+                skipped += 1
+                continue
+            await appender.append(body)
             count += 1
-    print(f"appended {count} events to {args.segment!r}; connection {appender.connection_id}"
-          f" ack level {appender.ack_level}", file=sys.stderr)
+        if offset < stored:
+            raise InputDoesNotResume(
+                f"the server's ack level for connection {appender.connection_id} on segment {args.segment!r}"
+                f" is {stored}, but the input ends at connection offset {offset}: this is not the input that"
+                f" connection id sent before, or only part of it; nothing appended")
+    print(f"appended {count} events to {args.segment!r} ({skipped} stored before skipped);"
+          f" connection {appender.connection_id} ack level {appender.ack_level}", file=sys.stderr)
     return 0
 
 
