@@ -202,6 +202,9 @@ class ForwardOutputConfig:
     ack_timeout: float = 30.0  # no ack in time: reconnect and send again
     max_batch_bytes: int = 1 * MiB  # stored bytes read per send
     retry_wait: float = 1.0  # first reconnect delay; doubles up to 30 s
+    # v1.5 `[[time, meta], record]` entries: "strip" sends them as `[time, record]` (older Fluentd and
+    # @fluent-org/logger refuse the whole chunk), "keep" as stored (for receivers that read the metadata)
+    metadata_entries: Literal["strip", "keep"] = "strip"
 
 
 @dataclass

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
+import re
 from pathlib import Path
+from typing import Any, Literal
 
+import msgpack
+import pytest
+
+from logport.batch import event_time, iter_entries, pack_entry
 from logport.clients import forward as fc
-from logport.config import ForwardOutputConfig
+from logport.config import ForwardOutputConfig, load_config
+from logport.errors import ConfigError
+from logport.outputs.forward import strip_metadata
+from tests.conftest import VECTORS
 from tests.forward.helpers import forward_config, running_hub, stored_events, wait_for_events
+from tests.support import stored_batches
 
 
 def events(start: int, count: int) -> list[tuple[int, int, dict[str, int]]]:
@@ -90,3 +102,100 @@ async def test_output_over_tls_with_gzip_and_users(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.05)
         assert registry.get_sample_value("logport_forward_output_events_total", {"output": "tls-out"}) == 40
+
+
+# --- v1.5 `[[time, meta], record]` entries: stripped for receivers that refuse them, or kept ---
+
+FLUENT_BIT_RECORD = {"message": "GET /index.html 200", "status": 200, "bytes": 512}
+
+
+def fluent_bit_entries() -> bytes:
+    """The entries of the chunk Fluent Bit 5.1 sent in its recording: three `[[EventTime, {}], record]`."""
+    doc = json.loads((VECTORS / "fluent-bit-out_forward-secure-gzip-ack.json").read_text())
+    sent = b"".join(bytes.fromhex(c["hex"]) for c in doc["conversation"] if c["dir"] == "client->server")
+    up = msgpack.Unpacker(raw=True)
+    up.feed(sent)
+    _ping, (_tag, payload, option) = list(up)
+    assert option[b"compressed"] == b"gzip"
+    return gzip.decompress(payload)
+
+
+# (seconds, nanos, meta or None, record): v1.5 entries with metadata between plain ones, integer times too
+MIXED = [(1700000000, 5, {"trace_id": "t0"}, {"i": 0}), (1700000001, 0, None, {"i": 1, "l": [[1, 2], [3]]}),
+         (1700000002, 0, {"k": [1, 2]}, {"i": 2}), (1700000003, 999_999_999, None, {"i": 3})]
+
+
+def mixed_entries() -> bytes:
+    """MIXED packed: a v1.5 entry with an EventTime, one with integer seconds, and plain entries."""
+    packed = []
+    for seconds, nanos, meta, record in MIXED:
+        if meta is None:
+            packed.append(pack_entry(seconds, nanos, record))
+        else:
+            t = event_time(seconds, nanos) if nanos else seconds
+            packed.append(msgpack.packb([[t, meta], record], use_bin_type=True))
+    return b"".join(packed)
+
+
+async def feed_metadata_entries(port: int) -> None:
+    """Fluent Bit's recorded entries, then MIXED, each as one PackedForward message stored as it came."""
+    cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], hostname="test-client")
+    async with fc.ForwardSender(cfg) as sender:
+        await sender.send_entries("app.access", fluent_bit_entries(), 3)
+        await sender.send_entries("app.mixed", mixed_entries(), len(MIXED))
+
+
+def metadata_expected() -> list[tuple[str, int, int, Any]]:
+    """(tag, seconds, nanos, record) of every event feed_metadata_entries sends."""
+    fluent_bit = [("app.access", 1795317898, ns, FLUENT_BIT_RECORD) for ns in (659249343, 696716055, 796741645)]
+    return fluent_bit + [("app.mixed", s, ns, record) for s, ns, _, record in MIXED]
+
+
+@pytest.mark.parametrize("entries,expected", [
+    (b"", None),
+    (pack_entry(1, 2, {"a": [[1, 2]]}) + msgpack.packb([3, {"b": 1}]), None),  # plain ones, a `92 92` inside
+    (msgpack.packb([[7, {"m": 1}], {"r": 1}]), msgpack.packb([7, {"r": 1}])),
+    (msgpack.packb([[event_time(7, 8), {}], {"r": [[1]]}]) + pack_entry(9, 0, {"p": 1}),
+     pack_entry(7, 8, {"r": [[1]]}) + pack_entry(9, 0, {"p": 1})),
+    (pack_entry(9, 0, {"p": 1}) + bytes.fromhex("92dc0002") + msgpack.packb(7) + msgpack.packb({}) + b"\x80",
+     pack_entry(9, 0, {"p": 1}) + msgpack.packb([7, {}])),  # an inner array16 header
+    (msgpack.packb([[1, 2, 3], {}]), None),  # not v1.5: left to the receiver, as stored
+    (msgpack.packb([[1, {}], {}])[:-1], None),  # truncated: sent as stored
+])
+def test_strip_metadata(entries: bytes, expected: bytes | None) -> None:
+    assert strip_metadata(entries) == expected
+
+
+def test_strip_metadata_keeps_every_time_and_record() -> None:
+    stripped = strip_metadata(fluent_bit_entries() + mixed_entries())
+    assert stripped is not None
+    got = [(e.seconds, e.nanos, e.record, e.meta) for e in iter_entries(stripped)]
+    assert got == [(s, ns, rec, None) for _, s, ns, rec in metadata_expected()]
+
+
+def test_metadata_entries_option_is_checked_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "logport.toml"
+    path.write_text('[[outputs.forward]]\nmetadata_entries = "keep"\n')
+    assert load_config(path).outputs.forward[0].metadata_entries == "keep"
+    path.write_text('[[outputs.forward]]\nmetadata_entries = "drop"\n')
+    message = "config key 'outputs.forward[0].metadata_entries' has value 'drop'; allowed: 'strip', 'keep'"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)
+
+
+@pytest.mark.parametrize("setting", ["strip", "keep"])
+async def test_output_strips_or_keeps_metadata_entries(tmp_path: Path, setting: Literal["strip", "keep"]) -> None:
+    downstream = forward_config(tmp_path / "b")
+    upstream = forward_config(tmp_path / "a")
+    upstream.outputs.forward = [ForwardOutputConfig(name="to-b", port=downstream.forward.port, retry_wait=0.05,
+                                                    metadata_entries=setting)]
+    async with running_hub(downstream) as b, running_hub(upstream):
+        await feed_metadata_entries(upstream.forward.port)
+        assert len(await wait_for_events(b, 7)) == 7
+        assert b.runtime is not None
+        got = [(batch.tag, e.seconds, e.nanos, e.record, e.meta)
+               for _, batch in await stored_batches(b.runtime.store, "forward") for e in batch]
+    metas = [{}] * 3 + [meta for _, _, meta, _ in MIXED]
+    if setting == "strip":
+        metas = [None] * len(metas)
+    assert got == [(*event, meta) for event, meta in zip(metadata_expected(), metas, strict=True)]

@@ -17,6 +17,7 @@ from logport.config import ForwardOutputConfig
 from logport.protocols import forward as fp
 from tests.conftest import NODE_MODULES
 from tests.forward.helpers import forward_config, running_hub
+from tests.forward.test_output import feed_metadata_entries, metadata_expected
 from tests.interop.test_forward_peers import forward_event
 
 NODE_DIR = Path(__file__).parent / "node"
@@ -111,3 +112,16 @@ async def test_output_to_fluent_server_survives_its_restart(tmp_path: Path) -> N
                 async with fluent_server(sharedKey="k3y", port=port) as again:
                     got = await again.events(50)
                     assert sorted(got, key=lambda e: e[3]["i"]) == expected("via.output", 150)[100:]
+
+
+async def test_output_strips_v1_5_metadata_entries_for_fluent_server(tmp_path: Path) -> None:
+    """FluentServer refuses a chunk with `[[time, meta], record]` entries (no ack, connection closed):
+    unstripped, the output would resend Fluent Bit's chunk for ever and nothing after it would arrive."""
+    async with fluent_server() as server:
+        config = forward_config(tmp_path)
+        config.outputs.forward = [ForwardOutputConfig(name="to-node", port=server.port, retry_wait=0.05,
+                                                      ack_timeout=5)]
+        async with running_hub(config):
+            await feed_metadata_entries(config.forward.port)
+            got = await server.events(len(metadata_expected()), timeout=10)
+    assert got == metadata_expected()  # every event, its time to the nanosecond (integer seconds: 0 ns)

@@ -4,6 +4,8 @@ Fluentd-compatible server, committing the checkpoint only after the server ackno
 Stored batches already are PackedForward messages; each is sent with a chunk id derived from the
 output's identity (random, kept beside its checkpoint), segment and offset, so a logport server
 downstream deduplicates a resend after a restart, but never mistakes another hub's batch for one.
+Forward v1.5 entries with metadata, which older receivers refuse, are sent as plain entries unless
+`metadata_entries = "keep"`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import logging
 import weakref
 
+import msgpack
 from prometheus_client import Counter
 
 from logport import tls as tls_contexts
@@ -29,6 +32,54 @@ log = logging.getLogger("logport.forward.output")
 
 _RETRY_WAIT_MAX = 30.0
 _PASSED_OPTIONS = ("fluent_signal", "metadata")  # what a downstream Fluentd / Fluent Bit may use
+# A stored entry is a fixarray of 2 (what the Forward server keeps and logport packs); in a v1.5 entry
+# `[[time, meta], record]` an array header follows it. A batch without any of these byte pairs has no
+# v1.5 entry, which a few C searches tell without walking its entries.
+_METADATA_MARKS = (b"\x92\x92", b"\x92\xdc", b"\x92\xdd")
+_ARRAY_FIRST = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
+_UNREADABLE = (msgpack.OutOfData, ValueError, TypeError, IndexError, msgpack.FormatError, msgpack.StackError)
+
+
+def strip_metadata(entries: bytes) -> bytes | None:
+    """`entries` with each v1.5 `[[time, meta], record]` entry rewritten to `[time, record]` and every other
+    byte as it was; None when there is no such entry (or the entries are not msgpack: sent as stored).
+
+    @fluent-org/logger's FluentServer and older Fluentd refuse a whole chunk holding one such entry,
+    without an ack, so the output would resend it for ever. Records are skipped, never decoded.
+    """
+    if not any(mark in entries for mark in _METADATA_MARKS):
+        return None
+    up = msgpack.Unpacker(max_buffer_size=max(len(entries), 1), ext_hook=msgpack.ExtType, strict_map_key=False)
+    up.feed(entries)
+    pieces: list[bytes] = []
+    copied = pos = 0  # entries[copied:pos] go out unchanged
+    n = len(entries)
+    try:
+        while pos < n:
+            if entries[pos] != 0x92 or entries[pos + 1] not in _ARRAY_FIRST:
+                up.skip()
+                pos = up.tell()
+                continue
+            up.read_array_header()
+            inner = up.read_array_header()
+            time_start = up.tell()
+            up.skip()
+            time_end = up.tell()
+            for _ in range(inner - 1):  # the meta (of a v1.5 entry; anything else is left as it is)
+                up.skip()
+            record_start = up.tell()
+            up.skip()
+            end = up.tell()
+            if inner == 2:
+                pieces += (entries[copied:pos], b"\x92", entries[time_start:time_end], entries[record_start:end])
+                copied = end
+            pos = end
+    except _UNREADABLE:
+        return None
+    if not pieces:
+        return None
+    pieces.append(entries[copied:])
+    return b"".join(pieces)
 
 
 def chunk_id(identity: str, segment: str, offset: int) -> str:
@@ -107,7 +158,12 @@ class ForwardOutput:
             option["chunk"] = chunk_id(self.identity, self.config.segment, offset)
             size = batch.size if batch.size is not None else fp.scan_entries(batch.entries)[1]
             option["size"] = size
-            out.extend(self.sender.messages(batch.tag, batch.entries, size, option))
+            entries = batch.entries
+            if self.config.metadata_entries == "strip":
+                stripped = strip_metadata(entries)
+                if stripped is not None:
+                    entries = stripped
+            out.extend(self.sender.messages(batch.tag, entries, size, option))
             count += size
         return out, count
 
