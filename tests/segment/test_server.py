@@ -298,6 +298,32 @@ async def test_read_is_answered_in_capped_replies(tmp_path: Path) -> None:
         await h.stop()
 
 
+async def test_a_read_reply_max_above_the_message_size_limit_still_gives_replies_a_client_takes(
+        tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, read_reply_max=64 * 1024 * 1024), serve_metrics=False)
+    await h.start()
+    try:
+        bodies = [bytes([i]) * (3_500_000) for i in range(6)]  # 21 MB: more than one message can carry
+        await h.runtime.store.append("big", bodies)
+        end = h.runtime.store.info("big").end_offset
+        # every reply's body fits the limit; the first is filled up to it exactly
+        peer = await Peer.open(port_of(h))
+        await peer.send(sp.ReadSegment("big", 0, end, 0))
+        first = await peer.reply()
+        assert isinstance(first, sp.SegmentRead) and not first.at_tail
+        assert len(sp.encode(first)) - sp.HEADER_SIZE == sp.MAX_MESSAGE_SIZE
+        second = await peer.reply()
+        assert isinstance(second, sp.SegmentRead) and second.at_tail and second.offset == len(first.data)
+        await peer.close()
+        # logport's own client reads the whole segment in one request
+        async with client.SegmentReader("127.0.0.1", port_of(h)) as reader:
+            reply = await reader.read("big", 0, 32 * 1024 * 1024)
+        assert reply.at_tail and len(reply.data) == end
+        assert [bytes(b) for _, t, b in frames.iter_frames(reply.data) if t == 0] == bodies
+    finally:
+        await h.stop()
+
+
 async def test_tail_read_waits_with_keepalives_then_gets_the_data(hub: Hub) -> None:
     store = hub.runtime.store
     await store.create("logs")

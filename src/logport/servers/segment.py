@@ -419,8 +419,12 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         sent = False
         try:
             check_segment_name(segment)
+            # _reply_read writes the data after the encoded fields, past encode's size check: the data of one
+            # reply is capped so that its body stays within the message size limit whatever read_reply_max says
+            fields = len(sp.encode(sp.SegmentRead(segment, offset, 0, b""))) - sp.HEADER_SIZE
+            reply_max = min(cfg.read_reply_max, self.server.limits.max_message_size - fields)
             while True:
-                n = min(remaining, cfg.read_reply_max)
+                n = min(remaining, reply_max)
                 if n == 0:
                     info = self.store.info(segment)
                     at_tail = offset >= info.end_offset
