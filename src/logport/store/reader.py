@@ -111,10 +111,15 @@ class DirectoryReader:
 
 
 def count_events(body: bytes | memoryview) -> int:
+    """Entries of a batch (its `size` option when it has one); 1 for an opaque event.
+
+    A body that decodes as a batch but whose entries do not is opaque too: `logport cat`
+    prints it as one raw event, so it counts as one.
+    """
     try:
         batch = decode_batch(body)
+        if batch.size is not None:
+            return batch.size
+        return sum(1 for _ in iter_entries(batch.entries))
     except BatchDecodeError:
         return 1
-    if batch.size is not None:
-        return batch.size
-    return sum(1 for _ in iter_entries(batch.entries))
