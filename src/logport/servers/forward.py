@@ -5,7 +5,10 @@ larger than store.max_frame_size); `{"ack": chunk}` goes out only after
 `store.append` returned. A chunk id is an exactly-once writer key
 (`fwd:` + chunk), so a retried chunk is acked again but not stored twice,
 also across restarts, for as long as the store keeps that id
-(store.writer_state_limit ids per segment: the dedup window).
+(store.writer_state_limit ids per segment: the dedup window). The key is
+shared by every client: a chunk whose id another client already used on the
+segment is acked and dropped, so ids must be unique across clients (Fluent
+Bit's are a hash of the chunk's entries: byte-identical chunks share one).
 """
 
 from __future__ import annotations
