@@ -254,6 +254,11 @@ async def test_management(hub: Hub) -> None:
     end = info.end_offset
     await peer.send(sp.TruncateSegment("a", end + 1))
     assert isinstance(await peer.reply(), sp.OperationFailed)
+    # reading beyond the end: refused at once, with or without a wait (no long poll for bytes that cannot come)
+    for wait_ms in (0, None):
+        await peer.send(sp.ReadSegment("a", end + 1, 100, wait_ms))
+        assert await peer.reply() == sp.OperationFailed(
+            "a", f"offset {end + 1} is beyond the end {end} of segment 'a'")
     second = [o for o, _ in DirectoryReader(hub.config.store.data_dir).iter_events("a")][1]
     await peer.send(sp.TruncateSegment("a", second))
     assert await peer.reply() == sp.SegmentTruncated("a", second)
