@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,11 @@ def test_failure_detector_phi() -> None:
         fd.heartbeat(100.0 + t)
     assert fd.available(119.5) and fd.phi(119.5) < 1
     assert not fd.available(140.0)
-    assert fc.FailureDetector(8, hard_timeout=5).available()  # no heartbeat yet: not suspected
+    never = fc.FailureDetector(8, hard_timeout=5, now=0.0)  # never heard from: silent since its start
+    assert never.available(4.9) and never.phi(4.9) == 0 and not never.available(5.1)
+    once = fc.FailureDetector(8, hard_timeout=5, now=0.0)
+    once.heartbeat(4.0)  # the first heartbeat starts the silence again; it makes no interval
+    assert not once.intervals and once.available(8.9) and not once.available(9.1)
     hard = fc.FailureDetector(1e9, hard_timeout=5)
     hard.heartbeat(0.0)
     hard.heartbeat(1.0)
@@ -135,6 +140,37 @@ async def test_udp_and_transport_heartbeats_feed_the_detector(tmp_path: Path) ->
                         break
                     await asyncio.sleep(0.05)
                 assert len(detector.intervals) >= 3 and sender.available(server), kind
+
+
+async def test_server_that_never_answers_heartbeats_is_down_after_hard_timeout(tmp_path: Path) -> None:
+    """As Fluentd's detector, silence counts from the start: a primary whose heartbeats never get a reply
+    (it accepts TCP, never acks) gives way to the standby after hard_timeout."""
+    connections = 0
+
+    async def never_acks(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await r.read()
+        w.close()
+
+    silent = await asyncio.start_server(never_acks, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", port))  # heartbeat datagrams arrive and are never answered
+        config = forward_config(tmp_path)
+        async with silent, running_hub(config) as hub:
+            primary = fc.ServerAddress("127.0.0.1", port)
+            standby = fc.ServerAddress("127.0.0.1", config.forward.port, standby=True)
+            cfg = fc.SenderConfig(servers=[primary, standby], heartbeat="udp", heartbeat_interval=0.05,
+                                  hard_timeout=0.5, ack_timeout=2, retry_wait=0.01)
+            async with fc.ForwardSender(cfg) as sender:
+                assert sender.choose() is primary  # not suspected yet
+                await asyncio.sleep(0.8)
+                assert not sender.available(primary) and sender.available(standby)
+                assert all(sender.choose() is standby for _ in range(50))
+                await sender.send("t", EVENTS)
+            assert connections == 0  # the batch went to the standby at once
+            assert len(await stored_events(hub)) == len(EVENTS)
 
 
 # --- Fluent Bit in_forward, replayed from its recording ---

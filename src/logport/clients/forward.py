@@ -82,22 +82,28 @@ class SenderConfig:
 
 
 class FailureDetector:
-    """Phi accrual (Hayashibara et al., as Fluentd out_forward): suspicion grows with heartbeat silence."""
+    """Phi accrual (Hayashibara et al., as Fluentd out_forward): suspicion grows with heartbeat silence.
 
-    def __init__(self, threshold: float, hard_timeout: float, window: int = 100) -> None:
+    Silence counts from the detector's start, as in Fluentd: a server never heard from is down after
+    hard_timeout (phi needs intervals between heartbeats, so it suspects only servers once heard).
+    """
+
+    def __init__(self, threshold: float, hard_timeout: float, window: int = 100, now: float | None = None) -> None:
         self.threshold = threshold
         self.hard_timeout = hard_timeout
         self.intervals: deque[float] = deque(maxlen=window)
-        self.last: float | None = None
+        self.last = time.monotonic() if now is None else now  # the last heartbeat, or the start
+        self.heard = False
 
     def heartbeat(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        if self.last is not None:
+        if self.heard:  # the time from the start to the first heartbeat is no interval
             self.intervals.append(now - self.last)
         self.last = now
+        self.heard = True
 
     def phi(self, now: float | None = None) -> float:
-        if self.last is None or not self.intervals:
+        if not self.intervals:
             return 0.0
         now = time.monotonic() if now is None else now
         mean = sum(self.intervals) / len(self.intervals)
@@ -110,7 +116,7 @@ class FailureDetector:
 
     def available(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
-        if self.last is not None and now - self.last > self.hard_timeout:
+        if now - self.last > self.hard_timeout:
             return False
         return self.phi(now) <= self.threshold
 
@@ -235,6 +241,8 @@ class ForwardSender:
 
     async def start(self) -> ForwardSender:
         if self.config.heartbeat in ("transport", "udp"):
+            cfg = self.config  # silence counts from when heartbeats start
+            self.detectors = {id(s): FailureDetector(cfg.phi_threshold, cfg.hard_timeout) for s in cfg.servers}
             self._heartbeat_task = asyncio.ensure_future(self._heartbeats())
         return self
 
