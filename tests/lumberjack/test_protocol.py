@@ -69,6 +69,7 @@ def u32(n: int) -> bytes:
 
 J1 = encode_json(1, b'{"a":1}')
 D1 = b"1D" + u32(7) + u32(2) + u32(1) + b"k" + u32(1) + b"v" + u32(4) + b"host" + u32(2) + b"h1"
+BIG_J = encode_json(1, b'{"m":"' + b"x" * 980 + b'"}')  # 998 bytes: inside the error table's max_payload_size
 D_DUPLICATE_KEYS = b"1D" + u32(8) + u32(3) + (u32(1) + b"k" + u32(1) + b"a") * 2 + u32(1) + b"k" + u32(1) + b"b"
 
 DECODE_TABLE = [
@@ -113,6 +114,13 @@ ERROR_TABLE = [
      "decompressed C frame of 4097 bytes from 10.0.0.1:4000 exceeds max_decompressed_size 4096"),
     ("nested bomb", compressed_frame(V2, compressed_frame(V2, b"2J" + b"\0" * 5000, 9)), LimitExceeded,
      "max_decompressed_size 4096"),
+    # the limit covers a top-level C frame with everything nested in it, not each C frame on its own
+    ("nested C frames side by side", compressed_frame(V2, compressed_frame(V2, BIG_J * 3) * 3), LimitExceeded,
+     "decompressed C frame (with its nested C frames) of 4097 bytes from 10.0.0.1:4000 exceeds max_decompressed_size 4096"),
+    ("nested C frames 2 deep", compressed_frame(V2, compressed_frame(V2, compressed_frame(V2, BIG_J * 3) * 2)),
+     LimitExceeded, "of 4097 bytes from 10.0.0.1:4000 exceeds max_decompressed_size 4096"),
+    ("frames then a nested C frame", compressed_frame(V2, BIG_J * 3 + compressed_frame(V2, BIG_J * 2)), LimitExceeded,
+     "of 4097 bytes from 10.0.0.1:4000 exceeds max_decompressed_size 4096"),
     ("truncated zlib", b"2C" + u32(10) + zlib.compress(J1 * 20)[:10], RemoteProtocolError, "truncated C frame"),
     ("truncated inner", compressed_frame(V2, J1[:-2]), RemoteProtocolError, "truncated frame inside a C frame"),
     ("garbage after zlib", b"2C" + u32(len(zlib.compress(J1)) + 3) + zlib.compress(J1) + b"xyz", RemoteProtocolError, "after its zlib stream"),
@@ -131,6 +139,22 @@ def test_error_table(data: bytes, error: type[Exception], message: str) -> None:
         events_of(data, limits=limits)
     assert message in str(info.value)
     assert info.value.peer == "10.0.0.1:4000"  # type: ignore[attr-defined]
+
+
+def test_nested_c_frames_share_their_top_level_frames_budget() -> None:
+    """Everything under one top-level C frame counts against max_decompressed_size together: exactly the limit
+    decodes, one byte less is refused naming the total, and the next top-level C frame gets a fresh budget."""
+    inner_a, inner_c = BIG_J * 2, BIG_J
+    c_a, c_c = compressed_frame(V2, inner_a), compressed_frame(V2, inner_c)
+    c_b = compressed_frame(V2, c_c)
+    outer = BIG_J + c_a + c_b
+    total = len(outer) + len(inner_a) + len(c_c) + len(inner_c)
+    top = compressed_frame(V2, outer)
+    events = events_of(top * 2, limits=Limits(max_decompressed_size=total))
+    assert [seq for event in events for seq in event.seqs] == [1] * 8
+    with pytest.raises(LimitExceeded) as info:
+        events_of(top, limits=Limits(max_decompressed_size=total - 1))
+    assert (info.value.limit_name, info.value.limit, info.value.value) == ("max_decompressed_size", total - 1, total)
 
 
 @pytest.mark.parametrize("payload", [b"[" * 100_000, b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"],

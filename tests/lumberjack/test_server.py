@@ -237,6 +237,10 @@ BAD_INPUT = {
     "huge C length": (b"2C\xff\xff\xff\xf0", "C frame of 4294967280 bytes"),
     "zlib bomb": (encode_window(0x32, 1) + b"2C" + struct.pack(">I", len(zlib_bomb(50_000_000)))
                   + zlib_bomb(50_000_000), "decompressed C frame of 1048577 bytes"),
+    "nested C frames over the limit together": (
+        encode_window(0x32, 3) + compressed_frame(0x32, compressed_frame(0x32, encode_json(
+            1, b'{"message":"' + b"x" * 700_000 + b'"}')) * 3),
+        "decompressed C frame (with its nested C frames) of 1048577 bytes from 127.0.0.1:"),
     "truncated C frame": (b"2C" + struct.pack(">I", 20) + zlib.compress(encode_json(1, b"{}") * 50)[:20],
                           "truncated C frame"),
     "truncated frame inside C": (compressed_frame(0x32, encode_json(1, b"{}")[:-1]), "truncated frame inside a C frame"),

@@ -120,6 +120,8 @@ class Connection:
         self._fresh = True
         # the incomplete D frame at the buffer's front: (its bytes parsed, pairs parsed, fields so far)
         self._partial_data: tuple[int, int, dict[str, str]] | None = None
+        # what the top-level C frame being parsed may still inflate to, shared by every C frame nested in it
+        self._inflate_budget = 0
 
     # --- receiving ---
 
@@ -302,17 +304,24 @@ class Connection:
         return p
 
     def _inflate(self, compressed: memoryview, depth: int) -> None:
-        """Decompress a C frame without ever holding more than the limit, then parse its frames."""
+        """Decompress a C frame without ever holding more than the limit, then parse its frames.
+
+        The limit covers a top-level C frame and everything nested in it together: a nested C frame gets
+        only what is left of the budget, else each level of nesting multiplies what one frame inflates to.
+        """
         if depth >= MAX_NESTING:
             raise RemoteProtocolError(f"C frames nested more than {MAX_NESTING} deep")
         limit = self.limits.max_decompressed_size
+        budget = limit if depth == 0 else self._inflate_budget
         inflater = zlib.decompressobj()
         try:
-            inner = inflater.decompress(compressed, limit + 1)
+            inner = inflater.decompress(compressed, budget + 1)
         except zlib.error as e:
             raise RemoteProtocolError(f"C frame of {len(compressed)} bytes is not valid zlib: {e}") from None
-        if len(inner) > limit:
-            raise LimitExceeded("decompressed C frame", len(inner), "max_decompressed_size", limit)
+        if len(inner) > budget:
+            what = "decompressed C frame" if depth == 0 else "decompressed C frame (with its nested C frames)"
+            raise LimitExceeded(what, limit - budget + len(inner), "max_decompressed_size", limit)
+        self._inflate_budget = budget - len(inner)
         if not inflater.eof:
             raise RemoteProtocolError(f"truncated C frame: its {len(compressed)} bytes of zlib end mid-stream")
         if inflater.unused_data:
