@@ -347,6 +347,30 @@ async def test_tail_read_waits_with_keepalives_then_gets_the_data(hub: Hub) -> N
     await peer.close()
 
 
+async def test_a_keepalive_is_echoed(tmp_path: Path) -> None:
+    h = Hub(hub_config(tmp_path, token="s3cret"), serve_metrics=False)
+    await h.start()
+    try:
+        peer = await Peer.open(port_of(h))
+        # as Pravega's server does: the same KeepAlive back, also before Authenticate
+        for data in (b"", b"ping"):
+            await peer.send(sp.KeepAlive(data))
+            assert await peer.reply(keepalives=True) == sp.KeepAlive(data)
+        await peer.send(sp.Authenticate("s3cret"))
+        assert await peer.reply(keepalives=True) == sp.Authenticated()
+        # not while the peer does not read what it was sent (a flood would queue without bound)
+        (conn,) = h.services["segment"].connections  # type: ignore[attr-defined]
+        conn.pause_writing()
+        await peer.send(sp.KeepAlive(b"dropped"), sp.ListSegments())
+        assert await peer.reply(keepalives=True) == sp.SegmentList(())
+        conn.resume_writing()
+        await peer.send(sp.KeepAlive(b"again"))
+        assert await peer.reply(keepalives=True) == sp.KeepAlive(b"again")
+        await peer.close()
+    finally:
+        await h.stop()
+
+
 async def test_token(tmp_path: Path) -> None:
     h = Hub(hub_config(tmp_path, token="s3cret"), serve_metrics=False)
     await h.start()

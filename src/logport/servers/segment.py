@@ -322,6 +322,11 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             self._append_block(event)
             return
         if isinstance(event, sp.KeepAlive):
+            # request/reply in the proposal, and Pravega's server (AppendProcessor.keepAlive) sends it back as it
+            # came, at once, before authentication too. Not while the peer leaves what it was sent unread: a flood
+            # of them would queue without bound, and those queued bytes answer for the connection anyway
+            if self._can_write.is_set():
+                self.reply(event)
             return
         if not self.authenticated:
             if isinstance(event, sp.Authenticate) and hmac.compare_digest(
