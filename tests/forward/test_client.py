@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,41 @@ async def test_server_that_never_answers_heartbeats_is_down_after_hard_timeout(t
                 await sender.send("t", EVENTS)
             assert connections == 0  # the batch went to the standby at once
             assert len(await stored_events(hub)) == len(EVENTS)
+
+
+async def test_transport_heartbeat_to_a_tls_port_is_a_verified_tls_handshake(tmp_path: Path) -> None:
+    from logport import tls
+
+    cert, key = make_certificate(tmp_path, "forward.example")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+
+    def record_name(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        names.append(name)
+
+    context.sni_callback = record_name
+    handshakes = 0
+
+    async def after_handshake(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal handshakes
+        handshakes += 1
+        w.close()
+
+    server = await asyncio.start_server(after_handshake, "127.0.0.1", 0, ssl=context)
+    address = fc.ServerAddress("127.0.0.1", server.sockets[0].getsockname()[1])
+    async with server:
+        for ca, heard in ((cert, True), ("", False)):  # our CA, then the system's, which do not know it
+            cfg = fc.SenderConfig(servers=[address], heartbeat="transport", heartbeat_interval=0.05,
+                                  hard_timeout=0.5, tls=tls.client_context(ca), server_hostname="forward.example")
+            async with fc.ForwardSender(cfg) as sender:
+                detector = sender.detectors[id(address)]
+                for _ in range(40):
+                    if len(detector.intervals) >= 2:
+                        break
+                    await asyncio.sleep(0.05)
+                assert detector.heard is heard and sender.available(address) is heard, ca
+        assert handshakes >= 3 and set(names) == {"forward.example"}
 
 
 # --- Fluent Bit in_forward, replayed from its recording ---

@@ -74,7 +74,7 @@ class SenderConfig:
     server_hostname: str | None = None  # TLS SNI / certificate name; default: the server's host
     keepalive: bool = True  # keep a connection per server between sends
     keepalive_timeout: float = 60.0  # close a kept connection idle this long
-    heartbeat: str = "none"  # "transport" (TCP connect), "udp" (0x00 datagram) or "none"
+    heartbeat: str = "none"  # "transport" (TCP or TLS connect), "udp" (0x00 datagram) or "none"
     heartbeat_interval: float = 1.0
     phi_threshold: float = 16.0  # failure detector: a server is down above this phi
     hard_timeout: float = 60.0  # and in any case when no heartbeat came for this long
@@ -281,6 +281,10 @@ class ForwardSender:
         left = [s for s in servers if id(s) not in exclude] or list(servers)
         return random.choice(left)
 
+    def server_hostname(self, server: ServerAddress) -> str | None:
+        """The name TLS sends (SNI) and verifies the certificate against; None without TLS."""
+        return (self.config.server_hostname or server.host) if self.config.tls else None
+
     async def _link(self, server: ServerAddress) -> ServerLink:
         """The kept connection to `server`, or a new one (concurrent senders share one handshake)."""
         lock = self._connecting.setdefault(id(server), asyncio.Lock())
@@ -298,7 +302,7 @@ class ForwardSender:
         loop = asyncio.get_running_loop()
         _, new = await asyncio.wait_for(loop.create_connection(
             lambda: ServerLink(server, cfg), server.host, server.port, ssl=cfg.tls,
-            server_hostname=(cfg.server_hostname or server.host) if cfg.tls else None), cfg.connect_timeout)
+            server_hostname=self.server_hostname(server)), cfg.connect_timeout)
         await asyncio.wait_for(new.ready, cfg.connect_timeout)
         if cfg.keepalive:
             self.links[id(server)] = new
@@ -389,8 +393,11 @@ class ForwardSender:
         loop = asyncio.get_running_loop()
         timeout = max(cfg.heartbeat_interval, 0.2)
         if cfg.heartbeat == "transport":
+            # a connection as the data takes it (Fluentd's too): to a TLS port only a TLS handshake that
+            # verifies counts, and no data is written
             try:
-                _, w = await asyncio.wait_for(asyncio.open_connection(server.host, server.port), timeout)
+                _, w = await asyncio.wait_for(asyncio.open_connection(
+                    server.host, server.port, ssl=cfg.tls, server_hostname=self.server_hostname(server)), timeout)
             except (TimeoutError, OSError):
                 return
             w.close()
