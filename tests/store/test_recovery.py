@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,3 +121,57 @@ def test_garbage_after_the_last_frame_is_cut(tmp_path: Path) -> None:
         os.fsync(f.fileno())
     events, end, _ = asyncio.run(_reopen(cfg))
     assert events == [b"keep"] and end == 12 and path.stat().st_size == 12
+
+
+@pytest.mark.parametrize("tail", [
+    frames.frame(b"", frames.WRITER_RECORD),
+    frames.frame(b"\x00" * 11, frames.WRITER_RECORD),  # one byte short of offset + covered length
+    frames.frame(b"\x00" * 11, frames.WRITER_RECORD) + frames.frame_events([b"after"]),
+    frames.writer_record(b"", 0, 11) + frames.frame(b"\x00" * 3, frames.WRITER_RECORD),  # the data of a group
+], ids=["empty", "short", "short-then-event", "short-in-group"])
+def test_a_writer_record_that_does_not_parse_is_cut_as_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path / "data"))
+    asyncio.run(_write(cfg, [([b"keep"], True)]))
+    path = chunk_path(tmp_path / "data" / "segments" / "s", 0)
+    kept = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(tail)
+    events, end, writer = asyncio.run(_reopen(cfg))
+    assert events == [b"keep"] and end == kept and writer == 1 and path.stat().st_size == kept
+
+
+@pytest.mark.parametrize("head", [
+    frames.frame(b"\x00\x00", frames.WRITER_TABLE),
+    frames.frame(b"\x00\x00\x00\x01\x00\x01w\x00\x00", frames.WRITER_TABLE),  # one writer, its offset cut short
+    frames.frame(b"\x00\x00\x00\x02\x00\x01w" + bytes(8), frames.WRITER_TABLE),  # says two writers, holds one
+], ids=["no-count", "cut-offset", "missing-writer"])
+def test_a_writer_table_that_does_not_parse_is_a_chunk_torn_while_it_was_being_started(
+        tmp_path: Path, head: bytes) -> None:
+    cfg = StoreConfig(data_dir=str(tmp_path / "data"), chunk_size=200, max_frame_size=100)
+    asyncio.run(_write(cfg, [([b"x" * 90], True) for _ in range(3)]))
+    seg_dir = tmp_path / "data" / "segments" / "s"
+    bases = list_chunk_bases(seg_dir)
+    last = chunk_path(seg_dir, bases[-1])
+    last.write_bytes(head + frames.frame_events([b"x" * 90]))
+    events, end, writer = asyncio.run(_reopen(cfg))
+    assert not last.exists()
+    assert end == bases[-1] and writer == 2 and len(events) == 2
+
+
+# whole frames of the types the store writes, with bodies that may or may not parse
+frame_strategy = st.one_of(
+    st.binary(max_size=20).map(frames.frame),
+    st.binary(max_size=20).map(lambda b: frames.frame(b, frames.WRITER_RECORD)),
+    st.binary(max_size=20).map(lambda b: frames.frame(b, frames.WRITER_TABLE)),
+    st.tuples(st.binary(max_size=8), st.integers(0, 2**64 - 1), st.integers(0, 100)).map(
+        lambda t: frames.writer_record(*t)),
+    st.dictionaries(st.binary(max_size=8), st.integers(0, 2**64 - 1), max_size=3).map(frames.writer_table),
+)
+
+
+@given(st.lists(frame_strategy, max_size=8).map(b"".join), st.binary(max_size=12))
+def test_recovery_of_any_bytes_keeps_whole_frames_and_is_stable(chunk: bytes, tail: bytes) -> None:
+    data = chunk + tail
+    keep, writers = frames.recover_chunk(data)
+    assert 0 <= keep <= len(data) and frames.complete_prefix(data[:keep]) == keep
+    assert frames.recover_chunk(data[:keep]) == (keep, writers)  # a second recovery cuts nothing more

@@ -44,7 +44,9 @@ def writer_record(key: bytes, value: int, data_length: int) -> bytes:
 
 
 def parse_writer_record(body: bytes | memoryview) -> tuple[bytes, int, int]:
-    """(key, writer offset, length of the data that the record covers)."""
+    """(key, writer offset, length of the data that the record covers); ValueError if it is too short."""
+    if len(body) < _WRITER_RECORD_FIXED.size:
+        raise ValueError(f"writer record of {len(body)} bytes is shorter than {_WRITER_RECORD_FIXED.size}")
     value, data_length = _WRITER_RECORD_FIXED.unpack_from(body, 0)
     return bytes(body[_WRITER_RECORD_FIXED.size :]), value, data_length
 
@@ -59,15 +61,19 @@ def writer_table(writers: dict[bytes, int]) -> bytes:
 
 
 def parse_writer_table(body: bytes | memoryview) -> dict[bytes, int]:
-    (count,) = _U32.unpack_from(body, 0)
-    pos = 4
-    out: dict[bytes, int] = {}
-    for _ in range(count):
-        (n,) = _U16.unpack_from(body, pos)
-        key = bytes(body[pos + 2 : pos + 2 + n])
-        (value,) = _U64.unpack_from(body, pos + 2 + n)
-        out[key] = value
-        pos += 2 + n + 8
+    """The writers of a chunk's head; ValueError if the body ends before the entries it counts."""
+    try:
+        (count,) = _U32.unpack_from(body, 0)
+        pos = 4
+        out: dict[bytes, int] = {}
+        for _ in range(count):
+            (n,) = _U16.unpack_from(body, pos)
+            key = bytes(body[pos + 2 : pos + 2 + n])
+            (value,) = _U64.unpack_from(body, pos + 2 + n)
+            out[key] = value
+            pos += 2 + n + 8
+    except struct.error:
+        raise ValueError(f"writer table of {len(body)} bytes ends inside its entries") from None
     return out
 
 
@@ -105,25 +111,32 @@ def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
 
     A torn final frame is cut. A writer record is valid only when all of the
     data it covers is present; otherwise the record and its data are cut too,
-    so the data and the writer offset that acknowledges it stay in step.
+    so the data and the writer offset that acknowledges it stay in step. A
+    store record that does not parse is torn all the same: cut there.
     """
     writers: dict[bytes, int] = {}
     pending: tuple[int, int, bytes, int] | None = None  # (record start, covered end, key, value)
     keep = 0
     for offset, frame_type, body in iter_frames(data):
         stop = offset + HEADER_SIZE + len(body)
+        record: tuple[bytes, int, int] | None = None
+        try:
+            if frame_type == WRITER_TABLE and offset == 0:
+                writers = parse_writer_table(body)
+            elif frame_type == WRITER_RECORD:
+                record = parse_writer_record(body)
+        except ValueError:
+            return (offset if pending is None else pending[0]), writers
         if pending is not None and stop >= pending[1]:
             if stop > pending[1]:  # a frame straddles the covered extent: not our layout
                 return pending[0], writers
             if pending[2]:
                 writers[pending[2]] = pending[3]
             pending = None
-        if frame_type == WRITER_TABLE and offset == 0:
-            writers = parse_writer_table(body)
-        elif frame_type == WRITER_RECORD:
+        if record is not None:
             if pending is not None:
                 return pending[0], writers
-            key, value, data_length = parse_writer_record(body)
+            key, value, data_length = record
             if data_length == 0:
                 if key:
                     writers[key] = value
