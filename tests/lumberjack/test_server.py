@@ -488,6 +488,33 @@ async def test_tls_with_required_client_certificates(tmp_path: Path) -> None:
         assert len(await wait_for_records(hub.runtime.store, "lumberjack", 1)) == 1
 
 
+async def test_tls_with_optional_client_certificates(tmp_path: Path) -> None:
+    """client_ca without verify_client (CERT_OPTIONAL): clients with and without a certificate both get in;
+    a certificate that is presented is still checked against client_ca."""
+    server_cert, server_key = self_signed_cert(tmp_path, "localhost")
+    client_cert, client_key = self_signed_cert(tmp_path, "beat-client")
+    stranger_cert, stranger_key = self_signed_cert(tmp_path, "stranger")
+    tls = TLSConfig(cert=str(server_cert), key=str(server_key), client_ca=str(client_cert))
+    async with running_hub(lumberjack_config(tmp_path / "data", tls=tls)) as hub:
+        port = hub.config.lumberjack.port
+        anonymous = ssl.create_default_context(cafile=str(server_cert))
+        with_cert = ssl.create_default_context(cafile=str(server_cert))
+        with_cert.load_cert_chain(str(client_cert), str(client_key))
+        for seq, ctx in enumerate((anonymous, with_cert), 1):
+            reader, writer = await connect(port, ctx)
+            writer.write(window(range(seq, seq + 1)))
+            assert (await read_acks_until(reader, seq))[-1] == seq
+            writer.close()
+        untrusted = ssl.create_default_context(cafile=str(server_cert))
+        untrusted.load_cert_chain(str(stranger_cert), str(stranger_key))
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            reader, writer = await connect(port, untrusted)
+            writer.write(window(range(3, 4)))
+            await read_acks_until(reader, 3)
+        records = await wait_for_records(hub.runtime.store, "lumberjack", 2)
+        assert [r.record["message"] for r in records] == ["m1", "m2"]
+
+
 async def test_v1_frames_without_a_window_frame_are_acknowledged_in_v1(tmp_path: Path) -> None:
     async with running_hub(lumberjack_config(tmp_path / "data", partial_window_delay=0.05)) as hub:
         reader, writer = await connect(hub.config.lumberjack.port)
