@@ -302,7 +302,7 @@ class ForwardConnection(asyncio.Protocol):
                 bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
             writer = None
             if chunk is not None and self.config.exactly_once:
-                writer = WriterCondition(key=_writer_key(fp.as_bytes(chunk)), end=1)
+                writer = WriterCondition(key=_writer_key(fp.as_bytes(chunk), batch), end=1)
             count, mode, nbytes = batch.size, batch.mode, len(entries)
             del batch, entries, pieces  # while the store works, hold one copy of the data, not three
             if count:
@@ -359,10 +359,21 @@ async def start(runtime: Runtime) -> ForwardServer:
     return server
 
 
-def _writer_key(chunk: bytes) -> bytes:
-    """The store's exactly-once key of a chunk id: the id itself (Fluentd and Fluent Bit send 24
-    base64 characters), or its SHA-256 when a peer sends a long one (the key goes in every chunk
-    file's writer table)."""
+# Fluent Bit gives every Message-mode message the chunk id of an empty hash (it hashes zero bytes of the
+# record: out_forward's message mode never advances its offset), so a Message-mode key also holds the digest
+# of what the message carries: a resend (same content) is still recognised, other messages are not dropped
+_DIGESTED_MODES = frozenset({fp.Mode.MESSAGE, fp.Mode.JSON})
+
+
+def _writer_key(chunk: bytes, batch: fp.EventBatch) -> bytes:
+    """The store's exactly-once key of a chunk id: the id itself (Fluentd sends 24 base64 characters,
+    Fluent Bit 32 hex digits), or its SHA-256 when a peer sends a long one (the key goes in every chunk
+    file's writer table); for Message (and JSON) mode, with the digest of the tag and the entries as
+    received (before source keys, which differ per connection)."""
+    if batch.mode in _DIGESTED_MODES:
+        digest = hashlib.blake2b(batch.tag.encode("utf-8", "surrogateescape"), digest_size=16)
+        digest.update(batch.entries)
+        chunk = chunk + b"\0" + digest.digest()
     if len(chunk) <= 64:
         return b"fwd:" + chunk
     return b"fwd#" + hashlib.sha256(chunk).digest()
