@@ -116,6 +116,8 @@ class LumberjackConfig:
     max_payload_size: int = 64 * MiB  # one J, D or C frame's payload
     max_decompressed_size: int = 64 * MiB  # what one C frame may inflate to
     max_window_size: int = 100000  # events one W frame may announce
+    # bytes of frames (as received, inflated) one window may collect: 2x a whole C frame or the largest J/D frame
+    max_window_bytes: int = 128 * MiB
     keepalive_interval: float = 5.0  # seconds between keep-alive acks (A 0) while a window is stored
     idle_timeout: float = 60.0  # close a connection silent this long (Logstash client_inactivity_timeout); 0 = never
     max_connections: int = 1000
@@ -452,6 +454,7 @@ def validate(config: Config) -> None:
     for key in ("max_payload_size", "max_decompressed_size", "max_window_size", "keepalive_interval",
                 "max_connections", "partial_window_delay"):
         _check_positive(f"lumberjack.{key}", getattr(lj, key))
+    _check_positive("lumberjack.max_window_bytes", lj.max_window_bytes)
     _check_positive("lumberjack.idle_timeout", lj.idle_timeout, zero_ok=True)
     if not lj.tag:
         raise ConfigError("config key 'lumberjack.tag' must not be empty")
