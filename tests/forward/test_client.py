@@ -284,3 +284,65 @@ async def test_concurrent_sends_share_one_kept_connection(tmp_path: Path) -> Non
             server = hub.services["forward"]
             assert len(server.connections) == 1  # type: ignore[attr-defined]  # one connection, one handshake
         assert sorted(e[3]["i"] for e in await stored_events(hub)) == list(range(20))
+
+
+class CountingServer:
+    """A Forward server that acks every chunk and counts connections: opened in all, and open now."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.open = 0
+
+    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.opened += 1
+        self.open += 1
+        conn = fp.ServerConnection()
+        try:
+            while data := await r.read(65536):
+                conn.receive_data(data)
+                while (event := conn.next_event()) is not fp.NEED_DATA:
+                    if isinstance(event, fp.EventBatch) and event.chunk is not None:
+                        w.write(conn.send(fp.Ack(event.chunk)))
+        finally:
+            self.open -= 1
+            w.close()
+
+    async def wait_closed(self, timeout: float = 5.0) -> None:
+        """Until the server saw every connection closed."""
+        for _ in range(int(timeout / 0.02)):
+            if not self.open:
+                return
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("keepalive,connections", [(False, 5), (True, 1)])
+async def test_keepalive_off_is_one_connection_per_send(keepalive: bool, connections: int) -> None:
+    counting = CountingServer()
+    server = await asyncio.start_server(counting.handle, "127.0.0.1", 0)
+    async with server:
+        cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", server.sockets[0].getsockname()[1])],
+                              keepalive=keepalive, ack_timeout=5)
+        async with fc.ForwardSender(cfg) as sender:
+            for n in range(5):
+                await sender.send("t", EVENTS[n:n + 1])
+            await counting.wait_closed(1.0 if keepalive else 5.0)
+            assert counting.opened == connections
+            assert counting.open == (1 if keepalive else 0)  # without keepalive each is closed after its ack
+            assert len(sender.links) == (1 if keepalive else 0)
+
+
+async def test_idle_kept_connection_is_closed_after_keepalive_timeout() -> None:
+    counting = CountingServer()
+    server = await asyncio.start_server(counting.handle, "127.0.0.1", 0)
+    async with server:
+        address = fc.ServerAddress("127.0.0.1", server.sockets[0].getsockname()[1])
+        cfg = fc.SenderConfig(servers=[address], keepalive_timeout=0.4, ack_timeout=5)
+        async with fc.ForwardSender(cfg) as sender:
+            for n in range(3):  # sends closer together than keepalive_timeout keep the connection
+                await sender.send("t", EVENTS[n:n + 1])
+                await asyncio.sleep(0.2)
+            assert (counting.opened, counting.open) == (1, 1)
+            await counting.wait_closed(2.0)
+            assert counting.open == 0 and sender.links[id(address)].closed  # we closed it, idle, unasked
+            await sender.send("t", EVENTS[3:4])
+            assert (counting.opened, counting.open) == (2, 1)  # the next send connects again

@@ -72,7 +72,7 @@ class SenderConfig:
     hostname: str = field(default_factory=socket.gethostname)
     tls: ssl.SSLContext | None = None
     server_hostname: str | None = None  # TLS SNI / certificate name; default: the server's host
-    keepalive: bool = True  # keep a connection per server between sends
+    keepalive: bool = True  # keep a connection per server between sends; False: one connection per send
     keepalive_timeout: float = 60.0  # close a kept connection idle this long
     heartbeat: str = "none"  # "transport" (TCP or TLS connect), "udp" (0x00 datagram) or "none"
     heartbeat_interval: float = 1.0
@@ -136,6 +136,8 @@ class ServerLink(asyncio.Protocol):
         self.acks: dict[str | bytes, asyncio.Future[None]] = {}
         self.closed = False
         self.last_used = time.monotonic()
+        self._sending = 0  # sends under way (an idle close waits for them)
+        self._idle_close: asyncio.TimerHandle | None = None
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -172,6 +174,7 @@ class ServerLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._cancel_idle_close()
         error = ConnectionError(f"connection to {self.address} closed" + (f": {exc}" if exc else ""))
         if not self.ready.done():
             # Fluent Bit closes on a wrong key without a PONG
@@ -192,13 +195,47 @@ class ServerLink(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._cancel_idle_close()
         if self.transport is not None:
             self.transport.close()
+
+    def close_when_idle(self) -> None:
+        """Close once unused for keepalive_timeout, as Fluentd purges its idle kept sockets: the server
+        is not left holding a connection we would not reuse anyway."""
+        self._cancel_idle_close()
+        if not self.closed:
+            delay = self.last_used + self.config.keepalive_timeout - time.monotonic()
+            self._idle_close = asyncio.get_running_loop().call_later(max(delay, 0.0), self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle_close = None
+        if self._sending:
+            return  # the send's end sets the timer again
+        if time.monotonic() - self.last_used < self.config.keepalive_timeout:
+            self.close_when_idle()
+        else:
+            self.close()
+
+    def _cancel_idle_close(self) -> None:
+        if self._idle_close is not None:
+            self._idle_close.cancel()
+            self._idle_close = None
 
     async def send(self, messages: Sequence[tuple[bytes, str | bytes | None]]) -> None:
         """Write (message, chunk) pairs; return once every chunk is acked (or at once without acks)."""
         if self.closed or self.transport is None:
             raise ConnectionError(f"connection to {self.address} is closed")
+        self._sending += 1
+        try:
+            await self._send(self.transport, messages)
+        finally:
+            self._sending -= 1
+            self.last_used = time.monotonic()
+            if self.config.keepalive and not self._sending:
+                self.close_when_idle()
+
+    async def _send(self, transport: asyncio.Transport, messages: Sequence[tuple[bytes, str | bytes | None]]
+                    ) -> None:
         loop = asyncio.get_running_loop()
         waiters = []
         for message, chunk in messages:
@@ -206,7 +243,7 @@ class ServerLink(asyncio.Protocol):
                 waiter = loop.create_future()
                 self.acks[chunk] = waiter
                 waiters.append(waiter)
-            self.transport.write(message)
+            transport.write(message)
             await self._writable.wait()
         self.last_used = time.monotonic()
         if waiters:
@@ -216,7 +253,6 @@ class ServerLink(asyncio.Protocol):
                 # an ack may still come for a chunk we will resend: drop the connection (Fluentd does the same)
                 self.close()
                 raise TimeoutError(f"no ack from {self.address} within {self.config.ack_timeout} s") from None
-        self.last_used = time.monotonic()
 
 
 def new_chunk_id() -> str:
@@ -306,6 +342,7 @@ class ForwardSender:
         await asyncio.wait_for(new.ready, cfg.connect_timeout)
         if cfg.keepalive:
             self.links[id(server)] = new
+            new.close_when_idle()
         return new
 
     # --- sending ---
@@ -373,12 +410,6 @@ class ForwardSender:
                     stale.close()
             await asyncio.sleep(min(cfg.retry_wait * 2 ** attempt, 30) * (attempt > 0))
         raise SendFailed(f"no server acknowledged the batch after {cfg.retries} attempts: {last}")
-
-    async def heartbeat(self) -> None:
-        """Send a transport heartbeat (msgpack nil) on every kept connection."""
-        for link in list(self.links.values()):
-            if not link.closed and link.transport is not None and link.ready.done():
-                link.transport.write(b"\xc0")
 
     # --- heartbeats feeding the failure detector ---
 
