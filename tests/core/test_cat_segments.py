@@ -1,9 +1,11 @@
-"""`logport segments` and `logport cat` on awkward data directories: odd opaque events."""
+"""`logport segments` and `logport cat` on awkward data directories and offsets."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
@@ -12,7 +14,8 @@ import pytest
 from logport.batch import encode_batch
 from logport.cli import main
 from logport.config import StoreConfig
-from logport.store import SegmentStore
+from logport.store import SegmentStore, frames
+from logport.store.files import chunk_path, list_chunk_bases
 
 # a body that decodes as a [tag, entries] batch whose entries are not msgpack: an opaque event
 ODD_BATCH = msgpack.packb(["t", b"\xc1"])
@@ -37,3 +40,95 @@ def test_segments_counts_an_odd_opaque_event_as_one(tmp_path: Path, capsys: pyte
     assert capsys.readouterr().out.splitlines()[1].split()[:5:4] == ["odd", "4"]
     assert main(["cat", "odd", "--data-dir", str(tmp_path)]) == 0  # cat prints it as one raw event
     assert len(capsys.readouterr().out.splitlines()) == 4
+
+
+
+async def fill_chunks(data_dir: Path) -> list[int]:
+    """Segment `s` over several small chunks, with single and multi-frame appends; its event offsets."""
+    store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir), chunk_size=200, max_frame_size=100))
+    offsets = []
+    try:
+        for i in range(8):
+            bodies = [b"%d" % i * 30] if i % 2 else [b"%da" % i * 10, b"%db" % i * 10]
+            result = await store.append("s", bodies)
+            offsets += [result.offset + sum(frames.HEADER_SIZE + len(b) for b in bodies[:k]) for k in range(len(bodies))]
+    finally:
+        await store.close()
+    return offsets
+
+
+def frame_starts(data_dir: Path) -> list[int]:
+    """Where each frame of `s` starts (events and the store's records), and where the last one ends."""
+    seg_dir = data_dir / "segments" / "s"
+    starts = []
+    for base in list_chunk_bases(seg_dir):
+        data = chunk_path(seg_dir, base).read_bytes()
+        starts += [offset for offset, _, _ in frames.iter_frames(data, base)]
+        end = base + len(data)
+    return starts + [end]
+
+
+@pytest.fixture
+def chunked(tmp_path: Path) -> tuple[Path, list[int]]:
+    offsets = asyncio.run(fill_chunks(tmp_path))
+    assert len(list_chunk_bases(tmp_path / "segments" / "s")) > 2
+    return tmp_path, offsets
+
+
+def cat(data_dir: Path, *args: str) -> int:
+    return main(["cat", "s", "--data-dir", str(data_dir), *args])
+
+
+def test_cat_from_every_frame_start(chunked: tuple[Path, list[int]], capsys: pytest.CaptureFixture[str]) -> None:
+    data_dir, offsets = chunked
+    starts = frame_starts(data_dir)
+    assert set(offsets) < set(starts)  # group records start frames too
+    for start in starts:
+        assert cat(data_dir, "--from", str(start)) == 0
+        printed = [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()]
+        assert printed == [o for o in offsets if o >= start]
+
+
+def test_cat_refuses_an_offset_inside_a_frame(chunked: tuple[Path, list[int]], capsys: pytest.CaptureFixture[str]) -> None:
+    data_dir, _ = chunked
+    starts = frame_starts(data_dir)
+    inside = [o for o in range(starts[-1]) if o not in starts]
+    assert len(inside) > 300
+    for offset in inside:
+        assert cat(data_dir, "--from", str(offset)) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == f"logport: offset {offset} of segment 's' is not where a frame starts " \
+                      f"(use an offset that logport cat printed)\n"
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow"]])
+def test_cat_refuses_an_offset_past_the_end(chunked: tuple[Path, list[int]], follow: list[str]) -> None:
+    data_dir, _ = chunked
+    end = frame_starts(data_dir)[-1]
+    for offset in (end + 1, end + 8, 10**12):
+        # a subprocess: with --follow the unchecked offset waited for ever
+        proc = subprocess.run([sys.executable, "-m", "logport.cli", "cat", "s", "--from", str(offset), *follow,
+                               "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=30)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == f"logport: offset {offset} of segment 's' is beyond its end {end}\n"
+
+
+def test_cat_says_an_offset_below_the_start_was_truncated(
+        chunked: tuple[Path, list[int]], capsys: pytest.CaptureFixture[str]) -> None:
+    data_dir, offsets = chunked
+
+    async def truncate() -> int:
+        store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir), chunk_size=200, max_frame_size=100))
+        try:
+            return (await store.truncate("s", offsets[4])).start_offset
+        finally:
+            await store.close()
+
+    start = asyncio.run(truncate())
+    for offset in (0, offsets[1], offsets[2] + 1, start - 1):
+        assert cat(data_dir, "--from", str(offset)) == 2
+        assert capsys.readouterr().err == (f"logport: offset {offset} of segment 's' is truncated; "
+                                           f"the segment starts at {start}\n")
+    assert cat(data_dir, "--from", str(start)) == 0
+    assert [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()] == offsets[4:]

@@ -11,15 +11,13 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Protocol
 
-from logport.errors import LogportError, NoSuchSegment
+from logport.errors import LogportError
 from logport.store import frames
-from logport.store.files import SEGMENTS_DIR, ChunkReader, check_segment_name
-from logport.store.reader import DirectoryReader
+from logport.store.files import ChunkReader
+from logport.store.reader import HEADER_WINDOW, DirectoryReader
 
-HEADER_WINDOW = 256 * 1024
 STORED_FRAME_TYPES = (frames.EVENT, frames.WRITER_RECORD, frames.WRITER_TABLE)  # every frame the store writes
 SERVER_CHECK_READS = 4  # windows read to check an offset over the segment protocol
 
@@ -48,7 +46,6 @@ class DirectorySegments:
     def __init__(self, data_dir: str) -> None:
         self.data_dir = data_dir
         self.reader = DirectoryReader(data_dir)
-        self._chunks: dict[str, ChunkReader] = {}
 
     def names(self) -> list[str]:
         return self.reader.segment_names()
@@ -57,65 +54,19 @@ class DirectorySegments:
         return self.reader.bounds(name)
 
     def _chunk_reader(self, name: str) -> ChunkReader:
-        reader = self._chunks.get(name)
-        if reader is None:
-            check_segment_name(name)
-            seg_dir = Path(self.data_dir) / SEGMENTS_DIR / name
-            if not seg_dir.is_dir():
-                raise NoSuchSegment(name)
-            reader = self._chunks[name] = ChunkReader(seg_dir)
-        else:
-            reader.refresh()
-        return reader
+        return self.reader.chunk_reader(name)
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-        """(offset, type, body length) of each whole frame in [start, end), reading headers only.
-
-        Small frames come from one buffered window; past a large frame the next
-        header is read on its own, so the cost follows the frame count, not the bytes.
-        """
-        reader = self._chunk_reader(name)
-        unpack = frames.HEADER.unpack_from
-        size = frames.HEADER_SIZE
-        pos = start
-        window = b""
-        window_start = start
-        while pos + size <= end:
-            rel = pos - window_start
-            if rel + size > len(window):
-                window = reader.pread(pos, HEADER_WINDOW, end)
-                window_start, rel = pos, 0
-                if len(window) < size:
-                    return
-            frame_type, length = unpack(window, rel)
-            stop = pos + size + length
-            if stop > end:
-                return
-            yield pos, frame_type, length
-            pos = stop
+        return self.reader.frame_headers(name, start, end)
 
     def could_start_frame(self, name: str, offset: int) -> bool:
-        """Whether a frame starts at `offset` (or the last whole frame ends there), exactly.
-
-        Walks the headers from the base of the chunk holding it: a chunk starts on a frame and no
-        frame spans two chunks, so this reads at most one chunk's headers.
-        """
-        reader = self._chunk_reader(name)
-        if not reader.bases or offset < reader.bases[0]:
-            return False
-        base, _ = reader.chunk_span(offset, offset)
-        position = base
-        for frame_offset, _, length in self.frame_headers(name, base, offset):
-            position = frame_offset + frames.HEADER_SIZE + length
-        return position == offset
+        return self.reader.could_start_frame(name, offset)
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
         return self.reader.iter_frames(name, start, end)
 
     def close(self) -> None:
-        for reader in self._chunks.values():
-            reader.close()
-        self._chunks.clear()
+        self.reader.close()
 
 
 class ServerSegments:

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from logport.batch import BatchDecodeError, decode_batch, iter_entries
-from logport.errors import NoSuchSegment, OffsetTruncated
+from logport.errors import NoSuchSegment, OffsetTruncated, StoreError
 from logport.store import frames
 from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState, check_segment_name
 
 READ_SIZE = 4 * 1024 * 1024
+HEADER_WINDOW = 256 * 1024  # bytes read at a time when only frame headers are wanted
 
 
 class DirectoryReader:
@@ -39,6 +40,15 @@ class DirectoryReader:
         elif refresh:
             reader.refresh()
         return reader
+
+    def chunk_reader(self, name: str) -> ChunkReader:
+        """The segment's chunk files as they stand now."""
+        return self._reader(name, refresh=True)
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
 
     def bounds(self, name: str) -> tuple[int, int, bool]:
         """(start offset, end offset as the files stand, sealed)."""
@@ -72,6 +82,40 @@ class DirectoryReader:
                 return  # an incomplete frame at the end of what is written
             offset += consumed
 
+    def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(offset, type, body length) of each whole frame in [start, end), reading headers only.
+
+        Small frames come from one buffered window; past a large frame the next
+        header is read on its own, so the cost follows the frame count, not the bytes.
+        """
+        return frame_headers(self.chunk_reader(name), start, end)
+
+    def could_start_frame(self, name: str, offset: int) -> bool:
+        """Whether a frame starts at `offset` (or the last whole frame ends there), exactly.
+
+        Walks the headers from the base of the chunk holding it: a chunk starts on a frame and no
+        frame spans two chunks, so this reads at most one chunk's headers.
+        """
+        reader = self.chunk_reader(name)
+        if not reader.bases or offset < reader.bases[0]:
+            return False
+        base, _ = reader.chunk_span(offset, offset)
+        position = base
+        for frame_offset, _, length in frame_headers(reader, base, offset):
+            position = frame_offset + frames.HEADER_SIZE + length
+        return position == offset
+
+    def check_start(self, name: str, offset: int) -> None:
+        """Refuse a start offset below the segment's start, past its end, or inside a frame."""
+        lo, hi, _ = self.bounds(name)
+        if offset < lo:
+            raise OffsetTruncated(name, offset, lo)
+        if offset > hi:
+            raise StoreError(f"offset {offset} of segment {name!r} is beyond its end {hi}")
+        if not self.could_start_frame(name, offset):
+            raise StoreError(f"offset {offset} of segment {name!r} is not where a frame starts "
+                             f"(use an offset that logport cat printed)")
+
     def iter_events(self, name: str, start: int | None = None, end: int | None = None) -> Iterator[tuple[int, memoryview]]:
         """(offset, body) of each Event frame; the store's own records are skipped."""
         lo, hi, _ = self.bounds(name)
@@ -85,8 +129,10 @@ class DirectoryReader:
 
     def follow(self, name: str, start: int | None = None, *, follow: bool = False,
                poll: float = 0.05) -> Iterator[tuple[str, int, memoryview]]:
-        """Events from `start`; with `follow`, keep polling the files for more."""
+        """Events from `start` (checked: see check_start); with `follow`, keep polling the files for more."""
         lo, _, _ = self.bounds(name)
+        if start is not None:
+            self.check_start(name, start)
         offset = lo if start is None else start
         while True:
             lo, hi, sealed = self.bounds(name)
@@ -108,6 +154,28 @@ class DirectoryReader:
             events += count_events(body)
         return {"segment": name, "start_offset": start, "end_offset": end, "bytes": end - start,
                 "events": events, "sealed": sealed}
+
+
+def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """DirectoryReader.frame_headers, on one segment's chunks."""
+    unpack = frames.HEADER.unpack_from
+    size = frames.HEADER_SIZE
+    pos = start
+    window = b""
+    window_start = start
+    while pos + size <= end:
+        rel = pos - window_start
+        if rel + size > len(window):
+            window = reader.pread(pos, HEADER_WINDOW, end)
+            window_start, rel = pos, 0
+            if len(window) < size:
+                return
+        frame_type, length = unpack(window, rel)
+        stop = pos + size + length
+        if stop > end:
+            return
+        yield pos, frame_type, length
+        pos = stop
 
 
 def count_events(body: bytes | memoryview) -> int:
