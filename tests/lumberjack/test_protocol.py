@@ -99,6 +99,19 @@ def test_decode_table(data: bytes, expected: list, chunk: int) -> None:
     assert events_of(data, chunk=chunk) == expected
 
 
+@pytest.mark.parametrize("chunk", [0, 1, 3], ids=["whole", "bytewise", "by3"])
+def test_data_frames_size_is_their_bytes_as_received_after_inflating(chunk: int) -> None:
+    """What a window holds, counted per run: the same however the bytes arrive (D frames in pieces included)."""
+    stream = J1 + compressed_frame(V2, [BIG_J, compressed_frame(V2, J1)]) + D1 + encode_window(V1, 1) + D1 + BIG_J
+    conn, sizes = Connection(Role.SERVER), []
+    for piece in [stream[i : i + chunk] for i in range(0, len(stream), chunk)] if chunk else [stream]:
+        conn.receive_data(piece)
+        while (event := conn.next_event()) is not NEED_DATA:
+            if isinstance(event, DataFrames):
+                sizes.append(event.size)
+    assert sum(sizes) == 2 * len(J1) + 2 * len(BIG_J) + 2 * len(D1)
+
+
 ERROR_TABLE = [
     ("tls first byte", bytes.fromhex("160301"), TLSOnPlaintextPort, "TLS handshake"),
     ("bad version", b"3W" + u32(1), RemoteProtocolError, "version byte 0x33"),

@@ -294,6 +294,41 @@ async def test_bad_input_closes_only_that_connection(tmp_path: Path, caplog: pyt
         assert len(await wait_for_records(hub.runtime.store, "lumberjack", 5)) == 5
 
 
+def big_event(seq: int) -> bytes:
+    return encode_json(seq, b'{"message":"' + b"x" * 100_000 + b'"}')
+
+
+async def test_a_window_over_max_window_bytes_closes_only_that_connection(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    frame = len(big_event(1))
+    limit = 3 * frame
+    config = lumberjack_config(tmp_path / "data", max_window_bytes=limit, partial_window_delay=0.5)
+    caplog.set_level(logging.WARNING, logger="logport.lumberjack")
+    async with running_hub(config) as hub:
+        port = hub.config.lumberjack.port
+        good_reader, good_writer = await connect(port)
+        # exactly the limit, in three C frames
+        good_writer.write(encode_window(0x32, 3) + b"".join(compressed_frame(0x32, big_event(s)) for s in (1, 2, 3)))
+        await read_acks_until(good_reader, 3)
+
+        bad_reader, bad_writer = await connect(port)
+        bad_writer.write(encode_window(0x32, 4) + b"".join(compressed_frame(0x32, big_event(s)) for s in range(1, 5)))
+        assert await closed_by_server(bad_reader)
+        bad_writer.close()
+        (record,) = [r for r in caplog.records if "closing connection" in r.getMessage()]
+        assert record.limit == "max_window_bytes" and record.value == 4 * frame  # type: ignore[attr-defined]
+        assert record.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+        assert f"window of {4 * frame} bytes from 127.0.0.1:" in record.getMessage()
+        assert f"exceeds max_window_bytes {limit}" in record.getMessage()
+
+        # one C frame over the limit, spilling past its W: each window counts only its own events
+        good_writer.write(encode_window(0x32, 2) + compressed_frame(0x32, [big_event(s) for s in range(1, 5)]))
+        assert (await read_acks_until(good_reader, 2))[-1] == 2
+        assert (await read_acks_until(good_reader, 4))[-1] == 4  # the rest, after partial_window_delay
+        good_writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 7)) == 7
+
+
 async def test_events_nested_deeper_than_ormsgpack_packs_are_stored(tmp_path: Path) -> None:
     async with running_hub(lumberjack_config(tmp_path / "data")) as hub:
         reader, writer = await connect(hub.config.lumberjack.port)

@@ -17,7 +17,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -64,6 +64,9 @@ class DataFrames:
 
     version: int
     frames: list[tuple[int, Any]]  # fields: a dict, or a J frame's JSON bytes with decode_json=False
+    # bytes of these frames as received (headers included, after inflating): what a window holds, counted
+    # once per run rather than once per event; how bytes arrive splits runs differently, so it is not compared
+    size: int = field(default=0, compare=False)
 
     @property
     def seqs(self) -> list[int]:
@@ -116,6 +119,7 @@ class Connection:
         self._events: deque[Event] = deque()
         self._run: list[tuple[int, Any]] = []  # data frames not yet handed out as DataFrames
         self._run_version = V2
+        self._run_bytes = 0  # bytes of the frames in _run
         self._error: RemoteProtocolError | None = None
         self._fresh = True
         # the incomplete D frame at the buffer's front: (its bytes parsed, pairs parsed, fields so far)
@@ -207,6 +211,7 @@ class Connection:
                 self._end_run()
                 self._run_version = version
             self._run.append((seq, fields))
+            self._run_bytes += stop - pos
             return stop
         if kind == WINDOW:
             if end - pos < 6:
@@ -265,12 +270,14 @@ class Connection:
             pos = stop
         if pos > start:
             self.version = version
+            self._run_bytes += pos - start
         return pos
 
     def _end_run(self) -> None:
         if self._run:
-            self._events.append(DataFrames(self._run_version, self._run))
+            self._events.append(DataFrames(self._run_version, self._run, self._run_bytes))
             self._run = []
+            self._run_bytes = 0
 
     def _parse_data_frame(self, data: bytes | bytearray, pos: int, end: int, version: int,
                           depth: int) -> int | None:
@@ -301,6 +308,7 @@ class Connection:
             self._end_run()
             self._run_version = version
         self._run.append((seq, fields))
+        self._run_bytes += p - pos
         return p
 
     def _inflate(self, compressed: memoryview, depth: int) -> None:

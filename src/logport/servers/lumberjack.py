@@ -82,6 +82,12 @@ class LumberjackMetrics:
         self.connections = Gauge("logport_lumberjack_connections", "Open connections", registry=r)
 
 
+def _frames_bytes(frames: list[tuple[int, Any]]) -> int:
+    """About the bytes `frames` took as received: exact for J frames' JSON bytes, close for D frames' fields."""
+    return sum(10 + (sum(8 + len(k) + len(v) for k, v in f.items()) if type(f) is dict else len(f))
+               for _, f in frames)
+
+
 def _json_depth(value: Any) -> int:
     """How many dicts and lists deep `value` is, level by level: Python's own recursion stops near 1000."""
     depth = 0
@@ -224,6 +230,7 @@ class LumberjackConnection(asyncio.Protocol):
         self.proto: Connection | None = None
         self.loop = asyncio.get_running_loop()
         self.window: list[tuple[int, Any]] = []  # (seq, fields) of the current window, not yet being stored
+        self.window_bytes = 0  # bytes of the frames in `window`, bounded by max_window_bytes
         self.window_version = 0x32
         self.window_remaining: int | None = None  # events still due in the current window; None: no W yet
         self.jobs: deque[Window] = deque()
@@ -269,7 +276,7 @@ class LumberjackConnection(asyncio.Protocol):
                 if type(event) is DataFrames:
                     if self.window_remaining is None and not self.window:
                         self.window_version = event.version  # no W: acks go in the data frames' version
-                    self._add_frames(event.frames)
+                    self._add_frames(event.frames, event.size)
                 elif type(event) is WindowSize:
                     if self.window:  # the previous window was cut short: store what came
                         self._finish_window()
@@ -292,13 +299,20 @@ class LumberjackConnection(asyncio.Protocol):
 
     # --- windows ---
 
-    def _add_frames(self, frames: list[tuple[int, Any]]) -> None:
-        """Add data frames to the current window, finishing windows as their announced size is reached."""
+    def _add_frames(self, frames: list[tuple[int, Any]], size: int) -> None:
+        """Add data frames (`size` bytes) to the current window, finishing windows as their announced size is
+        reached. A window passing max_window_bytes before it is finished raises LimitExceeded."""
+        limit = self.config.max_window_bytes
         while frames:
             remaining = self.window_remaining
             if remaining is None:  # no W frame (yet): the window ends on a pause or at max_window_size
                 remaining = self.config.max_window_size - len(self.window)
             taken, frames = frames[:remaining], frames[remaining:]
+            taken_bytes = _frames_bytes(taken) if frames else size  # split over two windows: rare, count them
+            size = max(0, size - taken_bytes)
+            self.window_bytes += taken_bytes
+            if self.window_bytes > limit:
+                raise LimitExceeded("window", self.window_bytes, "max_window_bytes", limit)
             self.window.extend(taken)
             if self.window_remaining is not None:
                 self.window_remaining -= len(taken)
@@ -314,6 +328,7 @@ class LumberjackConnection(asyncio.Protocol):
             self.partial_timer = None
         self._queue(Window(self.window_version, self.window))
         self.window = []
+        self.window_bytes = 0
 
     def _flush_partial(self) -> None:
         self.partial_timer = None
