@@ -132,3 +132,31 @@ def test_cat_says_an_offset_below_the_start_was_truncated(
                                            f"the segment starts at {start}\n")
     assert cat(data_dir, "--from", str(start)) == 0
     assert [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()] == offsets[4:]
+
+
+def test_segments_and_cat_before_recovery_show_only_what_it_keeps(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crash tore a multi-frame append: its first frames are whole, the last is not; no restart yet."""
+    asyncio.run(append(tmp_path, "s", [b"a"]))
+
+    async def group() -> None:
+        store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+        try:
+            await store.append("s", [b"b" * 10, b"c" * 10, b"d" * 10])
+        finally:
+            await store.close()
+
+    asyncio.run(group())
+    path = chunk_path(tmp_path / "segments" / "s", 0)
+    path.write_bytes(path.read_bytes()[:-5])
+    assert main(["segments", "--json", "--data-dir", str(tmp_path)]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["end_offset"], row["bytes"], row["events"]) == (9, 9, 1)
+    assert main(["cat", "s", "--data-dir", str(tmp_path)]) == 0
+    assert [json.loads(line)["raw"] for line in capsys.readouterr().out.splitlines()] == ["YQ=="]
+    assert cat(tmp_path, "--from", "9") == 0 and capsys.readouterr().out == ""
+    assert cat(tmp_path, "--from", "29") == 2  # the torn append's first event: not there for readers
+    assert "offset 29 of segment 's' is beyond its end 9" in capsys.readouterr().err
+    asyncio.run(append(tmp_path, "s", [b"e"]))  # the restart cuts the torn append, the next one takes its place
+    assert main(["cat", "s", "--data-dir", str(tmp_path)]) == 0
+    assert [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()] == [0, 9]

@@ -59,6 +59,8 @@ async def test_disk_full_then_space_returns(small_fs: Path) -> None:
     assert events[:-1] == acked[-len(events) + 1 :]
     start, end, _ = reader.bounds("s")
     assert sum(1 for _ in reader.iter_frames("s", start, end)) > 0
+    chunks = reader.chunk_reader("s")
+    assert end == chunks.chunk_end(chunks.bases[-1])  # bounds ends where recovery would cut: nothing to cut
     store = await SegmentStore.open(cfg)
     assert store.info("s").end_offset == end
     r = await store.read_frames("s", store.info("s").start_offset, 1 << 30)

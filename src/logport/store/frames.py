@@ -106,6 +106,62 @@ def complete_prefix(data: bytes | bytearray | memoryview) -> int:
     return pos
 
 
+class ChunkScan:
+    """Recovery's rule, fed the whole frames of a chunk one at a time (offsets from the chunk's start).
+
+    `keep` is where what recovery keeps ends so far and `writers` the writer state there. A
+    writer/group record (type -1) counts, with its data, only once all the data it covers is
+    there. A store record that does not parse, a record inside a group's data or a frame that runs
+    past it break the layout (`broken`): nothing from `keep` on is kept, whatever follows.
+    """
+
+    __slots__ = ("keep", "writers", "broken", "_pending")
+
+    def __init__(self) -> None:
+        self.keep = 0
+        self.writers: dict[bytes, int] = {}
+        self.broken = False
+        self._pending: tuple[int, int, bytes, int] | None = None  # (record start, covered end, key, value)
+
+    def add(self, offset: int, frame_type: int, length: int, body: bytes | memoryview) -> bool:
+        """Account for the whole frame at `offset`; False once the layout is broken.
+
+        Only a store record's body is looked at (a writer record, a writer table at 0): `length`
+        is enough for any other frame, whose `body` may be left empty.
+        """
+        if self.broken:
+            return False
+        stop = offset + HEADER_SIZE + length
+        record: tuple[bytes, int, int] | None = None
+        try:
+            if frame_type == WRITER_TABLE and offset == 0:
+                self.writers = parse_writer_table(body)
+            elif frame_type == WRITER_RECORD:
+                record = parse_writer_record(body)
+        except ValueError:
+            self.broken = True
+            return False
+        pending = self._pending
+        if pending is not None:
+            if record is not None or stop > pending[1]:  # not the layout the store writes
+                self.broken = True
+                return False
+            if stop == pending[1]:
+                if pending[2]:
+                    self.writers[pending[2]] = pending[3]
+                pending = self._pending = None
+        if record is not None:
+            key, value, data_length = record
+            if data_length:
+                self._pending = (offset, stop + data_length, key, value)
+                return True  # kept only with all of its data: `keep` stays at the record
+            if key:
+                self.writers[key] = value
+        if pending is None:
+            self.keep = stop
+        return True
+
+
 def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
     """Scan a chunk's bytes: (length to keep, writer state at its end).
 
@@ -114,35 +170,8 @@ def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
     so the data and the writer offset that acknowledges it stay in step. A
     store record that does not parse is torn all the same: cut there.
     """
-    writers: dict[bytes, int] = {}
-    pending: tuple[int, int, bytes, int] | None = None  # (record start, covered end, key, value)
-    keep = 0
+    scan = ChunkScan()
     for offset, frame_type, body in iter_frames(data):
-        stop = offset + HEADER_SIZE + len(body)
-        record: tuple[bytes, int, int] | None = None
-        try:
-            if frame_type == WRITER_TABLE and offset == 0:
-                writers = parse_writer_table(body)
-            elif frame_type == WRITER_RECORD:
-                record = parse_writer_record(body)
-        except ValueError:
-            return (offset if pending is None else pending[0]), writers
-        if pending is not None and stop >= pending[1]:
-            if stop > pending[1]:  # a frame straddles the covered extent: not our layout
-                return pending[0], writers
-            if pending[2]:
-                writers[pending[2]] = pending[3]
-            pending = None
-        if record is not None:
-            if pending is not None:
-                return pending[0], writers
-            key, value, data_length = record
-            if data_length == 0:
-                if key:
-                    writers[key] = value
-            else:
-                pending = (offset, stop + data_length, key, value)
-        keep = stop
-    if pending is not None:
-        return pending[0], writers
-    return keep, writers
+        if not scan.add(offset, frame_type, len(body), body):
+            break
+    return scan.keep, scan.writers

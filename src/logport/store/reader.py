@@ -1,12 +1,14 @@
 """Read a data directory without a running hub (or beside one): CLI, Spark executors, tools.
 
-Read-only: it never cuts a torn tail, it just stops before an incomplete frame.
+Read-only: it never cuts a torn tail, it just stops where recovery would cut (an incomplete
+frame, or a multi-frame append not all written).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,21 @@ READ_SIZE = 4 * 1024 * 1024
 HEADER_WINDOW = 256 * 1024  # bytes read at a time when only frame headers are wanted
 
 
+@dataclass(slots=True)
+class _TailScan:
+    """How far a segment's last chunk was walked, and what recovery would keep of it (from its base)."""
+
+    base: int
+    scan: frames.ChunkScan = field(default_factory=frames.ChunkScan)
+    walked: int = 0  # where the next frame header is read
+    last: tuple[int, bytes] | None = None  # the last frame walked: offset and header (the file rewritten?)
+
+
 class DirectoryReader:
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / SEGMENTS_DIR
         self._readers: dict[str, ChunkReader] = {}
+        self._tails: dict[str, _TailScan] = {}
 
     def segment_names(self) -> list[str]:
         if not self.root.is_dir():
@@ -51,12 +64,36 @@ class DirectoryReader:
         self._readers.clear()
 
     def bounds(self, name: str) -> tuple[int, int, bool]:
-        """(start offset, end offset as the files stand, sealed)."""
+        """(start offset, end offset, sealed); the end is where what recovery would keep ends.
+
+        Beside a running hub, or after a crash before the restart, the files may end in a torn
+        frame or in a multi-frame append not all written: recovery cuts both, so they are not read.
+        """
         reader = self._reader(name, refresh=True)
         state = SegmentState.load(reader.seg_dir)
-        end = reader.chunk_end(reader.bases[-1]) if reader.bases else state.start_offset
-        start = max(state.start_offset, reader.bases[0] if reader.bases else 0)
-        return start, end, state.sealed
+        if not reader.bases:
+            return state.start_offset, state.start_offset, state.sealed
+        start = max(state.start_offset, reader.bases[0])
+        return start, max(start, self._recoverable_end(name, reader)), state.sealed
+
+    def _recoverable_end(self, name: str, reader: ChunkReader) -> int:
+        """The end of what recovery would keep of the last chunk, walking only the frames added since.
+
+        The chunks before it are whole: the store syncs a chunk before it starts the next one.
+        """
+        base = reader.bases[-1]
+        size = reader.chunk_end(base) - base
+        tail = self._tails.get(name)
+        if tail is None or tail.base != base or size < tail.walked or not _header_unchanged(reader, tail.last):
+            tail = self._tails[name] = _TailScan(base)  # new, or cut (and perhaps rewritten) since
+        if not tail.scan.broken:
+            add = tail.scan.add
+            for offset, frame_type, length, body in _walk(reader, base + tail.walked, base + size, _RECORD_TYPES):
+                tail.walked = offset - base + frames.HEADER_SIZE + length
+                tail.last = (offset, frames.HEADER.pack(frame_type, length))
+                if not add(offset - base, frame_type, length, body):
+                    break
+        return base + tail.scan.keep
 
     def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
@@ -156,8 +193,23 @@ class DirectoryReader:
                 "events": events, "sealed": sealed}
 
 
+_RECORD_TYPES = frozenset((frames.WRITER_RECORD, frames.WRITER_TABLE))  # bodies recovery reads
+
+
 def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
     """DirectoryReader.frame_headers, on one segment's chunks."""
+    for offset, frame_type, length, _ in _walk(reader, start, end):
+        yield offset, frame_type, length
+
+
+def _walk(reader: ChunkReader, start: int, end: int,
+          with_body: Container[int] = ()) -> Iterator[tuple[int, int, int, bytes]]:
+    """(offset, type, body length, body) of each whole frame in [start, end); the body only for the
+    types in `with_body` (else b"").
+
+    Small frames come from one buffered window; past a large frame the next header is read on its
+    own, so the cost follows the frame count, not the bytes.
+    """
     unpack = frames.HEADER.unpack_from
     size = frames.HEADER_SIZE
     pos = start
@@ -174,8 +226,22 @@ def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[i
         stop = pos + size + length
         if stop > end:
             return
-        yield pos, frame_type, length
+        body = b""
+        if frame_type in with_body:
+            body = window[rel + size : rel + size + length]
+            if len(body) < length:
+                body = reader.pread(pos + size, length, end)
+        yield pos, frame_type, length, body
         pos = stop
+
+
+def _header_unchanged(reader: ChunkReader, last: tuple[int, bytes] | None) -> bool:
+    """Whether the last frame header walked is still in the file (a failed write the hub undid may
+    have been followed by others over the same bytes)."""
+    if last is None:
+        return True
+    offset, header = last
+    return reader.pread(offset, frames.HEADER_SIZE, offset + frames.HEADER_SIZE) == header
 
 
 def count_events(body: bytes | memoryview) -> int:
