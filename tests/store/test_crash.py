@@ -1,4 +1,4 @@
-"""kill -9 at random moments: every acknowledged event survives, exactly once, intact."""
+"""kill -9 at random moments: every acknowledged append survives, at its offset, exactly once, intact."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,62 +20,111 @@ from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.reader import DirectoryReader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crash_child import payload  # noqa: E402
+from crash_child import SEGMENT, TASKS, payload, writer_event, writer_key  # noqa: E402
 
 CHILD = Path(__file__).with_name("crash_child.py")
 KILLS = 20
+WRITER_TASKS = [t for t in range(TASKS) if t % 3 == 1]
 
 
-def run_child_and_kill(data_dir: Path, round_: int, rng: random.Random) -> set[int]:
+@dataclass(frozen=True)
+class Acked:
+    offset: int  # of the append's first frame
+    ids: tuple[int, ...]  # its events, one frame each
+    key: bytes | None
+    end: int | None
+
+
+@dataclass
+class Round:
+    acked: list[Acked]
+    resends: list[tuple[bytes, int, bool]]  # (key, end, answered as a duplicate)
+
+
+def run_child_and_kill(data_dir: Path, round_: int, rng: random.Random) -> Round:
     proc = subprocess.Popen([sys.executable, str(CHILD), str(data_dir), str(round_)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "READY", proc.stderr.read() if proc.stderr else ""
     time.sleep(rng.uniform(0.02, 0.4))
     os.kill(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate()
-    acked: set[int] = set()
+    out, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, f"the child died before the kill: {err}"
+    result = Round([], [])
     for line in out.splitlines():
-        if line.startswith("A ") and line.endswith(tuple("0123456789")):
-            acked.update(int(x) for x in line[2:].split())
-    # a line cut by the kill is not counted: the store may still hold it (unacknowledged)
-    return acked
+        fields = line.split()
+        if fields[-1:] != [";"]:
+            continue  # a line cut by the kill is not counted: the store may still hold it (unacknowledged)
+        if fields[0] == "A":
+            offset, key, end, *ids = fields[1:-1]
+            result.acked.append(Acked(int(offset), tuple(map(int, ids)), None if key == "-" else key.encode(),
+                                      None if end == "-" else int(end)))
+        elif fields[0] == "D":
+            result.resends.append((fields[1].encode(), int(fields[2]), fields[3] == "1"))
+    return result
 
 
-def recover(data_dir: Path) -> None:
-    async def open_close() -> None:
+def recover(data_dir: Path) -> dict[bytes, int]:
+    """The restart: recovery cuts what was torn. Returns each writer's stored offset."""
+    async def open_close() -> dict[bytes, int]:
         store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir)))
-        await store.close()
+        try:
+            return {writer_key(t): store.writer_offset(SEGMENT, writer_key(t)) for t in WRITER_TASKS}
+        finally:
+            await store.close()
 
-    asyncio.run(open_close())
+    return asyncio.run(open_close())
 
 
-def check_files(data_dir: Path, acked: set[int]) -> int:
-    seg_dir = data_dir / "segments" / "crash"
+def check_files(data_dir: Path, acked: list[Acked], writers: dict[bytes, int]) -> int:
+    seg_dir = data_dir / "segments" / SEGMENT
     bases = list_chunk_bases(seg_dir)
     for base, nxt in zip(bases, bases[1:], strict=False):
         assert base + chunk_path(seg_dir, base).stat().st_size == nxt
     last = chunk_path(seg_dir, bases[-1]).read_bytes()
     assert frames.complete_prefix(last) == len(last), "bytes follow the last intact frame"
+    stored: dict[int, bytes] = {}  # offset -> body
     seen: dict[int, int] = {}
-    for _, body in DirectoryReader(data_dir).iter_events("crash"):
+    for offset, body in DirectoryReader(data_dir).iter_events(SEGMENT):
         event_id = int(bytes(body[:12]))
-        assert bytes(body) == payload(event_id), f"event {event_id} is corrupt"
+        assert bytes(body) == payload(event_id), f"event {event_id} at {offset} is corrupt"
+        stored[offset] = bytes(body)
         seen[event_id] = seen.get(event_id, 0) + 1
-    assert all(n == 1 for n in seen.values()), "an event is stored twice"
-    missing = acked - seen.keys()
-    assert not missing, f"{len(missing)} acknowledged events are missing, e.g. {sorted(missing)[:5]}"
+    twice = [i for i, n in seen.items() if n > 1]
+    assert not twice, f"{len(twice)} events are stored twice, e.g. {twice[:5]}"
+    for append in acked:  # each acknowledged append is where the store said, whole
+        offset = append.offset
+        for event_id in append.ids:
+            assert stored.get(offset) == payload(event_id), f"acknowledged event {event_id} is not at {offset}"
+            offset += frames.HEADER_SIZE + len(payload(event_id))
+    for task in WRITER_TASKS:  # a writer's appends up to its stored offset: each there once, no more
+        stored_ids = {i for i in seen if writer_event(task, 0) < i < writer_event(task + 1, 0)}
+        assert stored_ids == {writer_event(task, e) for e in range(1, writers[writer_key(task)] + 1)}
     return len(seen)
 
 
 @pytest.mark.slow
 def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("CRASH_SEED", "1234")))
-    acked: set[int] = set()
+    acked: list[Acked] = []
+    acked_ends: dict[bytes, int] = {}
+    resends = 0
     stored = 0
     for round_ in range(KILLS):
-        acked |= run_child_and_kill(tmp_path, round_, rng)
-        recover(tmp_path)  # the restart: recovery cuts what was torn
-        stored = check_files(tmp_path, acked)
-    assert len(acked) > KILLS * 10, "the child acknowledged too little for the test to mean much"
-    assert stored >= len(acked)
+        result = run_child_and_kill(tmp_path, round_, rng)
+        acked += result.acked
+        for key, end, duplicate in result.resends:
+            assert duplicate, f"writer {key!r}: the resent append {end}, stored already, was not a duplicate"
+            assert end >= acked_ends.get(key, 0)
+        resends += len(result.resends)
+        for append in result.acked:
+            if append.key is not None and append.end is not None:
+                acked_ends[append.key] = max(acked_ends.get(append.key, 0), append.end)
+        writers = recover(tmp_path)
+        for key, end in acked_ends.items():
+            assert writers[key] >= end, f"writer {key!r} stored {writers[key]} after {end} was acknowledged"
+        stored = check_files(tmp_path, acked, writers)
+    events = sum(len(a.ids) for a in acked)
+    assert events > KILLS * 10, "the child acknowledged too little for the test to mean much"
+    assert stored >= events
+    assert set(acked_ends) == {writer_key(t) for t in WRITER_TASKS} and resends >= KILLS
