@@ -12,6 +12,7 @@ from logport.batch import StoredBatch, decode_batch
 from logport.config import Config
 from logport.hub import Hub
 from logport.store import SegmentStore, frames
+from logport.store.reader import DirectoryReader
 from tests.conftest import free_port
 
 LISTENERS = ("forward", "lumberjack", "segment", "logjam")
@@ -100,3 +101,14 @@ def self_signed_cert(directory: Path, name: str = "localhost") -> tuple[Path, Pa
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_path, key_path
+
+
+def assert_segment_files_whole(hub: Hub, segment: str) -> None:
+    """The segment's files, as they stand, are whole frames up to the store's end, and nothing lies past it
+    (the reader stops where recovery would cut, so the last file's size is compared as well)."""
+    files = DirectoryReader(hub.config.store.data_dir)
+    start, end, _ = files.bounds(segment)
+    assert sum(frames.HEADER_SIZE + len(b) for _, _, b in files.iter_frames(segment, start, end)) == end - start
+    chunks = files.chunk_reader(segment)
+    assert chunks.chunk_end(chunks.bases[-1]) == end  # no torn bytes after it
+    assert hub.runtime is not None and end == hub.runtime.store.info(segment).end_offset

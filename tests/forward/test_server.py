@@ -18,10 +18,9 @@ import pytest
 from logport.batch import pack_entries
 from logport.config import RouteConfig
 from logport.protocols import forward as fp
-from logport.store import frames
-from logport.store.reader import DirectoryReader
 from tests.conftest import VECTORS
 from tests.forward.helpers import forward_config, running_hub, stored_events, wait_for_events
+from tests.support import assert_segment_files_whole
 
 P = msgpack.Packer(use_bin_type=True)
 
@@ -455,10 +454,7 @@ async def test_disk_full_no_ack_clear_error_and_the_resent_chunk_is_stored_once(
         assert await send_chunk(port, "full", entries(3, start=2)) == {"ack": "full"}
         assert await send_chunk(port, "full", entries(3, start=2)) == {"ack": "full"}
         assert [e[3]["i"] for e in await stored_events(hub)] == [0, 1, 2, 3, 4]
-        reader = DirectoryReader(config.store.data_dir)
-        start, end, _ = reader.bounds("forward")  # the files as they stand: whole frames, no torn bytes
-        assert sum(frames.HEADER_SIZE + len(b) for _, _, b in reader.iter_frames("forward", start, end)) == end - start
-        assert end == hub.runtime.store.info("forward").end_offset
+        assert_segment_files_whole(hub, "forward")
 
 
 async def test_an_unexpected_error_storing_a_chunk_closes_the_connection_without_an_ack(

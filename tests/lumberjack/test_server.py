@@ -30,8 +30,6 @@ from logport.protocols.lumberjack import (
     encode_window,
 )
 from logport.servers.lumberjack import MAX_EVENT_DEPTH, build_batches
-from logport.store import frames
-from logport.store.reader import DirectoryReader
 from tests.conftest import VECTORS
 from tests.lumberjack.harness import (
     lumberjack_config,
@@ -41,6 +39,7 @@ from tests.lumberjack.harness import (
     stored_records,
     wait_for_records,
 )
+from tests.support import assert_segment_files_whole
 
 VECTOR = json.loads((VECTORS / "go-lumber-client-v2-window.json").read_text())
 CLIENT_BYTES = [bytes.fromhex(c["hex"]) for c in VECTOR["conversation"] if c["dir"] == "client->server"]
@@ -483,10 +482,7 @@ async def test_disk_full_no_ack_clear_error_and_the_resent_window_is_stored(
         # at least once is the protocol's promise; the failed attempt itself left nothing behind
         records = await stored_records(hub.runtime.store, "lumberjack")
         assert [r.record["message"] for r in records] == ["m1", "m2", "m1", "m2", "m3"]
-        files = DirectoryReader(config.store.data_dir)
-        start, end, _ = files.bounds("lumberjack")  # the files as they stand: whole frames, no torn bytes
-        assert sum(frames.HEADER_SIZE + len(b) for _, _, b in files.iter_frames("lumberjack", start, end)) == end - start
-        assert end == hub.runtime.store.info("lumberjack").end_offset
+        assert_segment_files_whole(hub, "lumberjack")
 
 
 async def test_a_window_larger_than_a_store_frame_is_stored_as_several_batches(tmp_path: Path) -> None:

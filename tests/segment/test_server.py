@@ -25,6 +25,7 @@ from logport.protocols import segment as sp
 from logport.store import frames
 from logport.store.reader import DirectoryReader
 from tests.conftest import free_port
+from tests.support import assert_segment_files_whole
 
 CID = uuid.UUID(int=0xABC)
 
@@ -811,14 +812,6 @@ def fill_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "pwritev", disk_full)
 
 
-def assert_intact(hub: Hub, segment: str) -> None:
-    """The segment's files, as they stand, are whole frames up to the store's end: no torn bytes."""
-    files = DirectoryReader(hub.config.store.data_dir)
-    start, end, _ = files.bounds(segment)
-    assert sum(frames.HEADER_SIZE + len(b) for _, _, b in files.iter_frames(segment, start, end)) == end - start
-    assert end == hub.runtime.store.info(segment).end_offset  # type: ignore[union-attr]
-
-
 async def test_disk_full_gets_operation_failed_not_data_appended_and_the_resent_block_is_stored_once(
         hub: Hub, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.WARNING, logger="logport.segment")
@@ -846,7 +839,7 @@ async def test_disk_full_gets_operation_failed_not_data_appended_and_the_resent_
     assert await peer.reply() == sp.DataAppended(CID, len(before) + len(EV))  # the second copy: not stored
     await peer.close()
     assert events_of(hub, "logs") == [b"before", b"one", b"two", b"three"]
-    assert_intact(hub, "logs")
+    assert_segment_files_whole(hub, "logs")
 
 
 async def test_the_appender_retries_through_a_full_disk_and_delivers_exactly_once(
@@ -869,7 +862,7 @@ async def test_the_appender_retries_through_a_full_disk_and_delivers_exactly_onc
     await asyncio.wait_for(app.flush(), 5)
     await app.close()
     assert events_of(hub, "logs") == [b"event-%03d" % i for i in range(100)]
-    assert_intact(hub, "logs")
+    assert_segment_files_whole(hub, "logs")
 
 
 async def test_an_appender_backs_off_from_a_full_disk_and_gives_up_after_retry_for(
