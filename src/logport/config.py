@@ -363,19 +363,48 @@ def output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
     return name if isinstance(out, ForwardOutputConfig) else f"lumberjack.{name}"
 
 
-def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, key: str, value: str,
-                            unnamed: str) -> None:
-    """An output's name is a file name under DATA/outputs: it follows the store's segment name rule
-    (no `/`, NUL, `..` or empty name), and `<name>.checkpoint`, its longest file name, fits NAME_MAX."""
+def _segment_name_problem(name: str) -> str:
+    """Why the store would refuse `name` as a segment name; empty when it would not."""
     # imported here: the store imports this module (its StoreConfig)
     from logport.store.files import check_segment_name
 
     try:
-        check_segment_name(value)
+        check_segment_name(name)
     except InvalidSegmentName as e:
-        reason = str(e).removeprefix(f"invalid segment name {value!r}: ")
+        return str(e).removeprefix(f"invalid segment name {name!r}: ")
+    return ""
+
+
+def _check_segment_name(key: str, name: str) -> None:
+    """A segment a config key names must be one the store accepts: refused at start, not at the first event."""
+    reason = _segment_name_problem(name)
+    if reason:
+        raise ConfigError(f"config key {key!r} has value {name!r}; not a segment name: {reason}")
+
+
+def _check_segment_names(config: Config) -> None:
+    for name in ("forward", "lumberjack", "logjam"):
+        _check_segment_name(f"{name}.segment", getattr(config, name).segment)
+    jam = config.logjam
+    if jam.subscribe_segment:  # empty: `segment`
+        _check_segment_name("logjam.subscribe_segment", jam.subscribe_segment)
+    for i, segment in enumerate(jam.republish):
+        _check_segment_name(f"logjam.republish[{i}]", segment)
+    for i, route in enumerate(config.routes):
+        _check_segment_name(f"routes[{i}].segment", route.segment)
+    for kind in ("forward", "lumberjack"):
+        for i, out in enumerate(getattr(config.outputs, kind)):
+            _check_segment_name(f"outputs.{kind}[{i}].segment", out.segment)
+
+
+def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, key: str, value: str,
+                            unnamed: str) -> None:
+    """An output's name is a file name under DATA/outputs: it follows the store's segment name rule
+    (no `/`, NUL, `..` or empty name), and `<name>.checkpoint`, its longest file name, fits NAME_MAX."""
+    reason = _segment_name_problem(value)
+    if reason:
         raise ConfigError(f"config key {key!r} has value {value!r}; an output name is a file name "
-                          f"and follows the segment name rule: {reason}{unnamed}") from None
+                          f"and follows the segment name rule: {reason}{unnamed}")
     file_name = f"{output_name(out)}.checkpoint"
     if len(file_name.encode()) > _MAX_FILE_NAME_BYTES:
         raise ConfigError(f"config key {key!r} has value {value!r}; its checkpoint file name {file_name!r} "
@@ -490,3 +519,4 @@ def validate(config: Config) -> None:
     for i, route in enumerate(config.routes):
         if not route.segment:
             raise ConfigError(f"config key 'routes[{i}].segment' must name a segment")
+    _check_segment_names(config)
