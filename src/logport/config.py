@@ -8,6 +8,7 @@ says otherwise.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -326,6 +327,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"config key {key!r} must be a number, not {value!r}")
+        if not math.isfinite(value):  # TOML has nan and inf: a timeout of inf never fires, nan compares false
+            raise ConfigError(f"config key {key!r} has value {value!r}; it must be a finite number")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
