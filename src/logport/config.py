@@ -469,6 +469,7 @@ def validate(config: Config) -> None:
     for i, out in enumerate(config.outputs.forward):
         _check_port(f"outputs.forward[{i}].port", out.port)
         _check_positive(f"outputs.forward[{i}].ack_timeout", out.ack_timeout)
+        _check_positive(f"outputs.forward[{i}].retry_wait", out.retry_wait)  # 0 would reconnect in a busy loop
         _check_positive(f"outputs.forward[{i}].max_batch_bytes", out.max_batch_bytes)
     g = config.segment
     for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",

@@ -102,6 +102,7 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         ("[store]\nfsync_interval = nan\n", "'store.fsync_interval' has value nan; it must be a finite number"),
         ("[store]\nretention_age = inf\n", "'store.retention_age' has value inf; it must be a finite number"),
         ("[forward]\nidle_timeout = -inf\n", "'forward.idle_timeout' has value -inf"),
+        ("[[outputs.forward]]\nretry_wait = 0\n", "'outputs.forward[0].retry_wait' has value 0.0; it must be > 0"),
         ("[metrics]\nenabled = 'yes'\n", "'metrics.enabled' must be a bool, not 'yes'"),
         ("store = 1\n", "[store] must be a table"),
         ("[store\n", "not valid TOML"),
