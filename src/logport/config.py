@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import types
 import typing
@@ -353,6 +354,35 @@ def _check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
         raise ConfigError(f"config key {key!r} has value {value}; it must be {'>= 0' if zero_ok else '> 0'}")
 
 
+def _check_standby(key: str, text: str) -> None:
+    """A standby server parses as the Forward output will parse it (`host:port[:weight]`), to a usable port."""
+    # imported here: the Forward client imports logport.tls, which imports this module (TLSConfig)
+    from logport.clients.forward import ServerAddress
+
+    try:
+        server = ServerAddress.parse(text, standby=True)
+    except ValueError:
+        raise ConfigError(f"config key {key!r} has value {text!r}; it must be \"host:port\" "
+                          f"(or \"host:port:weight\")") from None
+    if not 1 <= server.port <= 65535 or server.weight < 0:
+        raise ConfigError(f"config key {key!r} has value {text!r}; the port must be 1..65535 and the weight >= 0")
+
+
+_ZMQ_TCP_ENDPOINT = re.compile(r"tcp://(?P<host>[^\s:/]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})\Z")
+
+
+def _check_zmq_endpoint(key: str, text: str) -> None:
+    """An endpoint the SUB socket connects to: libzmq refuses a malformed one only at connect, in a
+    background task, so the subscription would never run; tcp://host:port or ipc://path."""
+    match = _ZMQ_TCP_ENDPOINT.match(text)
+    if match and 1 <= int(match["port"]) <= 65535:
+        return
+    if text.startswith("ipc://") and len(text) > len("ipc://"):
+        return
+    raise ConfigError(f"config key {key!r} has value {text!r}; it must be \"tcp://host:port\" "
+                      f"(port 1..65535) or \"ipc://path\"")
+
+
 def default_output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
     """The name of an output without one: `forward-<segment>` for a Forward output, the segment for a Lumberjack one."""
     return f"forward-{out.segment}" if isinstance(out, ForwardOutputConfig) else out.segment
@@ -470,6 +500,8 @@ def validate(config: Config) -> None:
         _check_port(f"outputs.forward[{i}].port", out.port)
         _check_positive(f"outputs.forward[{i}].ack_timeout", out.ack_timeout)
         _check_positive(f"outputs.forward[{i}].retry_wait", out.retry_wait)  # 0 would reconnect in a busy loop
+        for j, standby in enumerate(out.standby):
+            _check_standby(f"outputs.forward[{i}].standby[{j}]", standby)
         _check_positive(f"outputs.forward[{i}].max_batch_bytes", out.max_batch_bytes)
     g = config.segment
     for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
@@ -517,6 +549,8 @@ def validate(config: Config) -> None:
             check_key("logjam.subscribe_curve_server_key", jam.subscribe_curve_server_key)
     if not 0 <= jam.device_id <= 0xFFFFFFFF:
         raise ConfigError(f"config key 'logjam.device_id' has value {jam.device_id}; it must be 0..4294967295")
+    for i, endpoint in enumerate(jam.subscribe):
+        _check_zmq_endpoint(f"logjam.subscribe[{i}]", endpoint)
     for key in ("heartbeat_interval", "rcv_hwm", "pub_hwm", "max_message_size", "max_decompressed_size",
                 "max_batch", "silence_timeout"):
         _check_positive(f"logjam.{key}", getattr(jam, key))

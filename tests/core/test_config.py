@@ -103,6 +103,13 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         ("[store]\nretention_age = inf\n", "'store.retention_age' has value inf; it must be a finite number"),
         ("[forward]\nidle_timeout = -inf\n", "'forward.idle_timeout' has value -inf"),
         ("[[outputs.forward]]\nretry_wait = 0\n", "'outputs.forward[0].retry_wait' has value 0.0; it must be > 0"),
+        ("[[outputs.forward]]\nstandby = ['h:1', 'h:']\n", "'outputs.forward[0].standby[1]' has value 'h:'"),
+        ("[[outputs.forward]]\nstandby = ['h:port']\n", "'outputs.forward[0].standby[0]' has value 'h:port'"),
+        ("[[outputs.forward]]\nstandby = ['h:70000']\n", "'outputs.forward[0].standby[0]' has value 'h:70000'"),
+        ("[[outputs.forward]]\nstandby = ['h:1:-1']\n", "'outputs.forward[0].standby[0]' has value 'h:1:-1'"),
+        ("[logjam]\nsubscribe = ['host:9606']\n", "'logjam.subscribe[0]' has value 'host:9606'"),
+        ("[logjam]\nsubscribe = ['tcp://host']\n", "'logjam.subscribe[0]' has value 'tcp://host'"),
+        ("[logjam]\nsubscribe = ['tcp://h:1', 'tcp://h:0']\n", "'logjam.subscribe[1]' has value 'tcp://h:0'"),
         ("[metrics]\nenabled = 'yes'\n", "'metrics.enabled' must be a bool, not 'yes'"),
         ("store = 1\n", "[store] must be a table"),
         ("[store\n", "not valid TOML"),
@@ -112,6 +119,16 @@ def test_bad_config_is_refused_naming_key_and_value(tmp_path: Path, text: str, m
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, text))
     assert message in str(e.value)
+
+
+def test_good_endpoints_are_accepted(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, """
+[logjam]
+subscribe = ["tcp://127.0.0.1:9606", "tcp://logjam.example:9606", "tcp://[::1]:9606", "ipc:///run/logjam.sock"]
+[[outputs.forward]]
+standby = ["10.0.0.2:24224", "backup.example:24225:10", ":24226"]
+"""))
+    assert len(c.logjam.subscribe) == 4 and len(c.outputs.forward[0].standby) == 3
 
 
 def test_missing_file() -> None:
