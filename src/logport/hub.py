@@ -36,7 +36,7 @@ OUTPUTS: dict[str, str] = {
 
 
 class ListenerError(LogportError):
-    """A listener could not start (its port is taken, its address does not exist)."""
+    """A listener or the metrics endpoint could not start (its port is taken, its address does not exist)."""
 
 
 class Hub:
@@ -73,11 +73,15 @@ class Hub:
                     key = f"output.{output_name(out)}"
                     self.services[key] = await importlib.import_module(module).start(runtime, out)
                     log.info("output started", extra={"output": key})
+            if self._serve_metrics and cfg.metrics.enabled:
+                m = cfg.metrics
+                try:
+                    self.metrics.serve(m.bind, m.port)
+                except OSError as e:
+                    raise ListenerError(f"metrics endpoint could not start on {m.bind}:{m.port}: {e.strerror or e}") from e
         except BaseException:
             await self.stop()
             raise
-        if self._serve_metrics and cfg.metrics.enabled:
-            self.metrics.serve(cfg.metrics.bind, cfg.metrics.port)
         self._retention = asyncio.create_task(self._retention_loop())
         return runtime
 

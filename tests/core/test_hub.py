@@ -72,3 +72,31 @@ async def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
             await hub.stop()
             raise AssertionError("the hub started on a taken port")
     assert hub.runtime is None  # the store was closed again
+
+
+async def test_a_taken_metrics_port_is_a_clear_error_and_stops_what_started(tmp_path: Path) -> None:
+    """Raised like a listener's taken port (the CLI prints it, no traceback), after closing the listeners
+    and the store that had started before it."""
+    import socket
+
+    from logport.hub import ListenerError
+
+    config = config_without_listeners(tmp_path)
+    config.forward.enabled = True
+    config.forward.port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config.metrics.port = taken.getsockname()[1]
+        hub = Hub(config)
+        try:
+            await hub.start()
+        except ListenerError as e:
+            assert f"metrics endpoint could not start on 127.0.0.1:{config.metrics.port}" in str(e)
+            assert "in use" in str(e)
+        else:
+            await hub.stop()
+            raise AssertionError("the hub started on a taken metrics port")
+    assert hub.runtime is None and not hub.services  # the store and the Forward listener were closed
+    with socket.socket() as again:  # the Forward listener's port is free again
+        again.bind(("127.0.0.1", config.forward.port))
