@@ -100,3 +100,33 @@ async def test_a_taken_metrics_port_is_a_clear_error_and_stops_what_started(tmp_
     assert hub.runtime is None and not hub.services  # the store and the Forward listener were closed
     with socket.socket() as again:  # the Forward listener's port is free again
         again.bind(("127.0.0.1", config.forward.port))
+
+
+async def test_the_hub_enforces_retention_on_its_own(tmp_path: Path) -> None:
+    """Nobody calls enforce_retention: the hub's loop, every store.retention_check_interval, cuts whole
+    chunks past store.retention_bytes and deletes their files."""
+    config = config_without_listeners(tmp_path)
+    config.store.fsync = "never"
+    config.store.chunk_size = 1024
+    config.store.max_frame_size = 512
+    config.store.retention_bytes = 1024
+    config.store.retention_check_interval = 0.05
+    hub = Hub(config, serve_metrics=False)
+    runtime = await hub.start()
+    try:
+        for _ in range(12):  # 12 frames of 408 bytes: a chunk rolls every 3
+            await runtime.store.append("s", [b"x" * 400])
+        seg_dir = tmp_path / "data" / "segments" / "s"
+        chunks_before = sorted(seg_dir.glob("*.log"))
+        assert len(chunks_before) >= 4
+        for _ in range(100):
+            if runtime.store.info("s").start_offset > 0:
+                break
+            await asyncio.sleep(0.02)
+        info = runtime.store.info("s")
+        assert info.start_offset > 0 and info.end_offset - info.start_offset <= 1024
+        chunks_after = sorted(seg_dir.glob("*.log"))
+        assert chunks_after == [c for c in chunks_before if int(c.stem) >= info.start_offset]
+        assert len(chunks_after) < len(chunks_before)
+    finally:
+        await hub.stop()
