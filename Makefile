@@ -26,8 +26,10 @@ lint: $(STAMP)
 bench: setup
 	$(BIN)/logport bench
 
+# a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs
 $(STAMP): pyproject.toml
-	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	@[ -x $(BIN)/python ] || { $(PYTHON) -c 'import ensurepip' 2>/dev/null \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
@@ -40,9 +42,13 @@ $(NODE_STAMP): package.json package-lock.json
 	touch $@
 
 # Spark needs a Java runtime; the segment protocol's Java test peer runs from source (java File.java), which
-# needs the compiler: a JDK, not only a JRE
+# needs the compiler: a JDK, not only a JRE. PySpark 4 needs Java 17 or later, which an older release's
+# default JDK is not; `java -version` says "1.8.0_392" for 8, "17.0.9" or "21" later
 java:
 	@command -v javac >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q default-jdk-headless; }
+	@version=$$(java -version 2>&1 | sed -n 's/^[^"]*"\([^"]*\)".*/\1/p' | head -n 1); v=$${version#1.}; major=$${v%%[!0-9]*}; \
+		[ "$${major:-0}" -ge 17 ] || { echo "Java $${version:-unknown} is older than 17 (PySpark 4 needs 17): installing openjdk-17"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q openjdk-17-jdk-headless; }
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .hypothesis
