@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,80 @@ def test_every_section_has_a_readme_entry() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for name in Config.__dataclass_fields__:
         assert f"[{name}]" in readme or f"[[{name}]]" in readme or f"[[{name}." in readme, name
+
+
+def _readme_config_rows() -> dict[str, dict[str, str]]:
+    """Configuration tables of README by `### [section]` heading: key -> default cell. A row may name
+    several keys (`tls, tls_ca, tls_verify | false, "", true`): each gets its own default when the
+    counts agree, else the whole cell."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    config_part = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, dict[str, str]] = {}
+    section = ""
+    for line in config_part.splitlines():
+        if line.startswith("### "):
+            section = line.removeprefix("### ")
+        elif line.startswith("| ") and not line.startswith("| key |"):
+            cells = [c.strip() for c in line.split(" | ")]
+            keys, defaults = cells[0].removeprefix("| ").split(", "), cells[1].split(", ") if len(cells) > 1 else [""]
+            for i, key in enumerate(keys):
+                rows.setdefault(section, {})[key] = defaults[i] if len(defaults) == len(keys) else cells[1]
+    return rows
+
+
+def _readme_default(value: object) -> set[str]:
+    if isinstance(value, bool):
+        return {str(value).lower()}
+    if isinstance(value, str):
+        return {f'"{value}"'}
+    if isinstance(value, float):
+        return {repr(value), f"{value:g}"}
+    if isinstance(value, list | dict):
+        return {"[]" if isinstance(value, list) else "{}"}
+    return {str(value)}
+
+
+def _config_keys(cls: type, prefix: str = "") -> list[tuple[str, object]]:
+    import dataclasses
+
+    keys: list[tuple[str, object]] = []
+    for f in dataclasses.fields(cls):
+        value = getattr(cls(), f.name)
+        if dataclasses.is_dataclass(value):
+            keys += _config_keys(type(value), f"{prefix}{f.name}.")
+        else:
+            keys.append((f"{prefix}{f.name}", value))
+    return keys
+
+
+def test_every_config_key_and_its_default_is_in_the_readme() -> None:
+    """Each key of a section is a row of that section's README table, with the default the code has
+    (list-of-table sections: outputs and logjam.republish_routes are checked by name only, below)."""
+    from logport.config import ForwardOutputConfig, LogjamRepublishRoute, LumberjackOutputConfig
+
+    rows = _readme_config_rows()
+    problems = []
+    for name in Config.__dataclass_fields__:
+        if name == "outputs":
+            continue
+        cls = typing.get_type_hints(Config)[name]
+        if name == "routes":
+            (cls,) = typing.get_args(cls)
+        table = rows.get(f"[[{name}]]" if name == "routes" else f"[{name}]", {})
+        for key, default in _config_keys(cls):
+            if name == "logjam" and key == "republish_routes":
+                continue
+            if key not in table and "." in key and f"{key.split('.')[0]}.*" in table:
+                continue  # `tls.* | | as for [forward]`
+            if key not in table:
+                problems.append(f"[{name}] {key}: no row")
+            elif not _readme_default(default) & {table[key]} and not table[key].startswith(tuple(_readme_default(default))):
+                problems.append(f"[{name}] {key}: README says {table[key]}, the code {default!r}")
+    outputs = {k for section, t in rows.items() for k in t if "outputs" in section or section == "[lumberjack]"}
+    for cls in (ForwardOutputConfig, LumberjackOutputConfig):
+        problems += [f"{cls.__name__} {key}: no row" for key, _ in _config_keys(cls) if key not in outputs]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme_republish = next(line for line in readme.splitlines() if line.startswith("| republish_routes |"))
+    problems += [f"republish_routes {key}: not mentioned" for key, _ in _config_keys(LogjamRepublishRoute)
+                 if f"`{key}`" not in readme_republish]
+    assert not problems, "\n".join(problems)
