@@ -346,3 +346,26 @@ async def test_idle_kept_connection_is_closed_after_keepalive_timeout() -> None:
             assert counting.open == 0 and sender.links[id(address)].closed  # we closed it, idle, unasked
             await sender.send("t", EVENTS[3:4])
             assert (counting.opened, counting.open) == (2, 1)  # the next send connects again
+
+
+async def test_a_handshake_that_times_out_closes_its_connection() -> None:
+    """A server that accepts but never sends HELO: the sender gives up after connect_timeout and closes the
+    connection instead of leaving it half open on the server."""
+    closed = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client closes
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", port)], shared_key="k", hostname="cli",
+                          connect_timeout=0.2)
+    sender = fc.ForwardSender(cfg)
+    with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+        await sender._link(cfg.servers[0])
+    await asyncio.wait_for(closed.wait(), 5)
+    await sender.close()
+    server.close()
+    await server.wait_closed()

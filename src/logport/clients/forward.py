@@ -339,7 +339,11 @@ class ForwardSender:
         _, new = await asyncio.wait_for(loop.create_connection(
             lambda: ServerLink(server, cfg), server.host, server.port, ssl=cfg.tls,
             server_hostname=self.server_hostname(server)), cfg.connect_timeout)
-        await asyncio.wait_for(new.ready, cfg.connect_timeout)
+        try:
+            await asyncio.wait_for(new.ready, cfg.connect_timeout)
+        except BaseException:  # no HELO/PONG in time, or the handshake refused: the server keeps no half-open link
+            new.close()
+            raise
         if cfg.keepalive:
             self.links[id(server)] = new
             new.close_when_idle()
