@@ -14,6 +14,7 @@ Bit's are a hash of the chunk's entries: byte-identical chunks share one).
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 import socket
@@ -301,8 +302,9 @@ class ForwardConnection(asyncio.Protocol):
             else:
                 bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
             writer = None
-            if chunk is not None and self.config.exactly_once:
-                writer = WriterCondition(key=_writer_key(fp.as_bytes(chunk), batch), end=1)
+            key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
+            if key is not None:
+                writer = WriterCondition(key=key, end=1)
             count, mode, nbytes = batch.size, batch.mode, len(entries)
             del batch, entries, pieces  # while the store works, hold one copy of the data, not three
             if count:
@@ -359,21 +361,21 @@ async def start(runtime: Runtime) -> ForwardServer:
     return server
 
 
-# Fluent Bit gives every Message-mode message the chunk id of an empty hash (it hashes zero bytes of the
-# record: out_forward's message mode never advances its offset), so a Message-mode key also holds the digest
-# of what the message carries: a resend (same content) is still recognised, other messages are not dropped
-_DIGESTED_MODES = frozenset({fp.Mode.MESSAGE, fp.Mode.JSON})
+# Fluent Bit's chunk id is the first 16 bytes of the SHA-512 of what it sends, and in Message mode (a dynamic
+# Tag) it hashes zero bytes of each message (its message mode never advances the offset it hashes): every
+# message carries this one id, in hex or (older versions) base64. It tells nothing apart, so such messages
+# are stored at least once, as Fluentd stores everything: deduplicating them dropped every message after the
+# first, and a digest of the content would still drop a repeated line with a second-precision time.
+_EMPTY_HASH = hashlib.sha512(b"").digest()[:16]
+_NO_ID = frozenset({_EMPTY_HASH.hex().encode(), base64.b64encode(_EMPTY_HASH)})
 
 
-def _writer_key(chunk: bytes, batch: fp.EventBatch) -> bytes:
+def _writer_key(chunk: bytes) -> bytes | None:
     """The store's exactly-once key of a chunk id: the id itself (Fluentd sends 24 base64 characters,
     Fluent Bit 32 hex digits), or its SHA-256 when a peer sends a long one (the key goes in every chunk
-    file's writer table); for Message (and JSON) mode, with the digest of the tag and the entries as
-    received (before source keys, which differ per connection)."""
-    if batch.mode in _DIGESTED_MODES:
-        digest = hashlib.blake2b(batch.tag.encode("utf-8", "surrogateescape"), digest_size=16)
-        digest.update(batch.entries)
-        chunk = chunk + b"\0" + digest.digest()
+    file's writer table); None for an id that identifies nothing (Fluent Bit's Message mode)."""
+    if chunk in _NO_ID:
+        return None
     if len(chunk) <= 64:
         return b"fwd:" + chunk
     return b"fwd#" + hashlib.sha256(chunk).digest()
