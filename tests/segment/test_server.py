@@ -880,3 +880,23 @@ async def test_an_appender_backs_off_from_a_full_disk_and_gives_up_after_retry_f
     # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 ... reach 0.8 s after about 8 sessions (about 80 without it)
     assert 3 <= app.reconnects <= 12
     await app.close()
+
+
+async def test_an_appender_counts_retry_for_from_the_first_refusal(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A network failure long ago, then a quiet session, then a full disk: the refusals are retried for
+    retry_for from the first of them (the clock of the old failure gave up at the first refusal)."""
+    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", linger=0, reconnect_delay=0.01,
+                                 max_reconnect_delay=0.05, retry_for=0.5)
+    await app.start()
+    await app.append(b"a")
+    await app.flush()
+    app.abort_connection()  # a network failure: it reconnects at once
+    await asyncio.sleep(0.8)  # then quiet for longer than retry_for
+    fill_the_disk(monkeypatch)
+    await app.append(b"b")
+    await asyncio.sleep(0.25)
+    assert app.reconnects >= 3  # still retrying the refused block
+    monkeypatch.undo()
+    await asyncio.wait_for(app.flush(), 5)
+    await app.close()
+    assert events_of(hub, "logs") == [b"a", b"b"]

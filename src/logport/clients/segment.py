@@ -410,6 +410,7 @@ class SegmentAppender:
     async def _run(self) -> None:
         delay = self.reconnect_delay
         failing_since: float | None = None
+        refused_before = False  # the last session was set up only to refuse every block
         while not self._closing:
             self._set_up = False
             try:
@@ -419,12 +420,17 @@ class SegmentAppender:
                 return
             except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError, SegmentRequestFailed) as e:
                 # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
-                if self._set_up and not (isinstance(e, SegmentRequestFailed) and self.ack_level == self._setup_level):
-                    # that session worked: start the back-off afresh. One the server set up only to refuse
-                    # every block (OperationFailed: a full disk) did not, else the client would resend
-                    # all it holds every reconnect_delay, for ever
+                refused = self._set_up and isinstance(e, SegmentRequestFailed) and self.ack_level == self._setup_level
+                if self._set_up and not refused:  # that session worked: start the back-off afresh
                     failing_since = None
                     delay = self.reconnect_delay
+                elif refused and not refused_before:
+                    # the first of a run of sessions set up only to refuse every block (OperationFailed: a full
+                    # disk): retry_for counts from here (not from an older failure before a long quiet session),
+                    # and the back-off keeps growing, else the client would resend all it holds every
+                    # reconnect_delay for ever
+                    failing_since = None
+                refused_before = refused
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.retry_for:
