@@ -91,6 +91,31 @@ def test_a_reader_notices_the_tail_rewritten_over_what_it_walked(tmp_path: Path)
     assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"x" * 100]
 
 
+def test_a_reader_does_not_stall_on_a_tail_rewritten_into_another_layout(tmp_path: Path) -> None:
+    """The reader walked a group whose data was still being written; the hub undid that write and wrote other
+    groups over the same bytes, with the frame it walked last at the same place. Walked on from the old state,
+    the new layout looks broken and the reader stopped at the old group for good (until the chunk rolled)."""
+    cfg = StoreConfig(data_dir=str(tmp_path))
+    first, _ = asyncio.run(write(cfg, [([b"a"], False), ([b"b"], False)]))
+    path = chunk_path(tmp_path / "segments" / "s", 0)
+    ten = [b"0123456789"]
+    before = frames.writer_record(b"k", 1, 2 * 18) + frames.frame_events(ten)  # a group of 2 events, 1 written
+    with open(path, "r+b") as f:
+        f.truncate(first)
+        f.seek(first)
+        f.write(before)
+    reader = DirectoryReader(tmp_path)
+    assert reader.bounds("s")[1] == first  # the group is not whole: not shown
+    after = (frames.writer_record(b"k", 2, 18) + frames.frame_events(ten)  # same record size, 1 event
+             + frames.writer_record(b"k", 3, 18) + frames.frame_events(ten))  # where the old group had its 2nd
+    with open(path, "r+b") as f:
+        f.truncate(first)
+        f.seek(first)
+        f.write(after)
+    assert reader.bounds("s")[1] == first + len(after)
+    assert reader.bounds("s")[1] == frames.recover_chunk(path.read_bytes())[0]  # the chunk starts at 0
+
+
 appends_strategy = st.lists(
     st.tuples(st.lists(st.binary(max_size=30), min_size=1, max_size=3), st.booleans()), min_size=1, max_size=5)
 

@@ -123,6 +123,11 @@ class ChunkScan:
         self.broken = False
         self._pending: tuple[int, int, bytes, int] | None = None  # (record start, covered end, key, value)
 
+    @property
+    def pending_start(self) -> int | None:
+        """Where the group record waiting for the rest of its data starts, if one does."""
+        return self._pending[0] if self._pending is not None else None
+
     def add(self, offset: int, frame_type: int, length: int, body: bytes | memoryview) -> bool:
         """Account for the whole frame at `offset`; False once the layout is broken.
 

@@ -29,6 +29,7 @@ class _TailScan:
     scan: frames.ChunkScan = field(default_factory=frames.ChunkScan)
     walked: int = 0  # where the next frame header is read
     last: tuple[int, bytes] | None = None  # the last frame walked: offset and header (the file rewritten?)
+    group: tuple[int, bytes] | None = None  # the group record waiting for its data: offset and whole frame
 
 
 class DirectoryReader:
@@ -84,16 +85,21 @@ class DirectoryReader:
         base = reader.bases[-1]
         size = reader.chunk_end(base) - base
         tail = self._tails.get(name)
-        if tail is None or tail.base != base or size < tail.walked or not _header_unchanged(reader, tail.last):
-            tail = self._tails[name] = _TailScan(base)  # new, or cut (and perhaps rewritten) since
-        if not tail.scan.broken:
-            add = tail.scan.add
-            for offset, frame_type, length, body in _walk(reader, base + tail.walked, base + size, _RECORD_TYPES):
-                tail.walked = offset - base + frames.HEADER_SIZE + length
-                tail.last = (offset, frames.HEADER.pack(frame_type, length))
-                if not add(offset - base, frame_type, length, body):
-                    break
-        return base + tail.scan.keep
+        if (tail is None or tail.base != base or size < tail.walked or tail.scan.broken
+                or not _bytes_unchanged(reader, tail.last) or not _bytes_unchanged(reader, tail.group)):
+            # new, or cut (and perhaps rewritten) since: the hub writes only layouts recovery keeps, so a broken
+            # one walked before was a tail it undid and wrote again; what is truly broken is walked again
+            tail = self._tails[name] = _TailScan(base)
+        scan = tail.scan
+        for offset, frame_type, length, body in _walk(reader, base + tail.walked, base + size, _RECORD_TYPES):
+            tail.walked = offset - base + frames.HEADER_SIZE + length
+            header = frames.HEADER.pack(frame_type, length)
+            tail.last = (offset, header)
+            if not scan.add(offset - base, frame_type, length, body):
+                break
+            if scan.pending_start == offset - base:  # this record's group: seen whole only if not rewritten
+                tail.group = (offset, header + bytes(body))
+        return base + scan.keep
 
     def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
@@ -235,13 +241,13 @@ def _walk(reader: ChunkReader, start: int, end: int,
         pos = stop
 
 
-def _header_unchanged(reader: ChunkReader, last: tuple[int, bytes] | None) -> bool:
-    """Whether the last frame header walked is still in the file (a failed write the hub undid may
-    have been followed by others over the same bytes)."""
-    if last is None:
+def _bytes_unchanged(reader: ChunkReader, seen: tuple[int, bytes] | None) -> bool:
+    """Whether bytes walked before (the last frame header, an open group's record) are still in the file
+    (a failed write the hub undid may have been followed by others over the same bytes)."""
+    if seen is None:
         return True
-    offset, header = last
-    return reader.pread(offset, frames.HEADER_SIZE, offset + frames.HEADER_SIZE) == header
+    offset, data = seen
+    return reader.pread(offset, len(data), offset + len(data)) == data
 
 
 def count_events(body: bytes | memoryview) -> int:
