@@ -432,12 +432,17 @@ def _check_segment_names(config: Config) -> None:
 
 def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, key: str, value: str,
                             unnamed: str) -> None:
-    """An output's name is a file name under DATA/outputs: it follows the store's segment name rule
-    (no `/`, NUL, `..` or empty name), and `<name>.checkpoint`, its longest file name, fits NAME_MAX."""
-    reason = _segment_name_problem(value)
-    if reason:
-        raise ConfigError(f"config key {key!r} has value {value!r}; an output name is a file name "
-                          f"and follows the segment name rule: {reason}{unnamed}")
+    """An output's name is a file name under DATA/outputs: no `/` or NUL, not `.` or `..`, and
+    `<name>.checkpoint`, its longest file name, fits NAME_MAX (any other character is fine: people write
+    names like "to fluentd"). An unnamed output is named after its segment, which follows the segment rule."""
+    if unnamed:
+        reason = _segment_name_problem(value)
+        if reason:
+            raise ConfigError(f"config key {key!r} has value {value!r}; an output name is a file name "
+                              f"and follows the segment name rule: {reason}{unnamed}")
+    elif value in (".", "..") or "/" in value or "\0" in value:
+        raise ConfigError(f"config key {key!r} has value {value!r}; an output name is a file name: "
+                          f"no '/' or NUL, not '.' or '..'")
     file_name = f"{output_name(out)}.checkpoint"
     if len(file_name.encode()) > _MAX_FILE_NAME_BYTES:
         raise ConfigError(f"config key {key!r} has value {value!r}; its checkpoint file name {file_name!r} "
