@@ -16,7 +16,7 @@ from typing import Protocol
 from logport.errors import LogportError
 from logport.store import frames
 from logport.store.files import ChunkReader
-from logport.store.reader import HEADER_WINDOW, DirectoryReader
+from logport.store.reader import DirectoryReader, walk_frames
 
 STORED_FRAME_TYPES = (frames.EVENT, frames.WRITER_RECORD, frames.WRITER_TABLE)  # every frame the store writes
 SERVER_CHECK_READS = 4  # windows read to check an offset over the segment protocol
@@ -69,6 +69,10 @@ class DirectorySegments:
         self.reader.close()
 
 
+class _ReadEnough(Exception):
+    """ServerSegments.could_start_frame has read the windows it reads."""
+
+
 class ServerSegments:
     """A running hub, over the segment protocol (so executors on other machines can read it)."""
 
@@ -105,21 +109,24 @@ class ServerSegments:
             return True
         if not start < offset < end:
             return False
-        position, window, window_start, reads = offset, b"", offset, 0
-        while position < end:
-            rel = position - window_start
-            if rel + frames.HEADER_SIZE > len(window):
-                if reads == SERVER_CHECK_READS:
-                    return True
-                window, _, _ = self.client.read(name, position, min(HEADER_WINDOW, end - position))
-                window_start, rel, reads = position, 0, reads + 1
-                if len(window) < frames.HEADER_SIZE:
-                    return False  # less than a header left before the end
-            frame_type, length = frames.HEADER.unpack_from(window, rel)
-            position += frames.HEADER_SIZE + length
-            if frame_type not in STORED_FRAME_TYPES or position > end:
-                return False
-        return True
+        reads = 0
+
+        def pread(position: int, max_bytes: int, limit: int) -> bytes:
+            nonlocal reads
+            if reads == SERVER_CHECK_READS:
+                raise _ReadEnough
+            reads += 1
+            return self.client.read(name, position, min(max_bytes, limit - position))[0]
+
+        position = offset
+        try:
+            for frame_offset, frame_type, length, _ in walk_frames(pread, offset, end):
+                if frame_type not in STORED_FRAME_TYPES:
+                    return False
+                position = frame_offset + frames.HEADER_SIZE + length
+        except _ReadEnough:
+            return True
+        return position == end  # short of it: a header or frame ran past the end
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
         return self.client.iter_frames(name, start, end)

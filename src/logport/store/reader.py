@@ -7,7 +7,7 @@ frame, or a multi-frame append not all written).
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,8 @@ class DirectoryReader:
             # one walked before was a tail it undid and wrote again; what is truly broken is walked again
             tail = self._tails[name] = _TailScan(base)
         scan = tail.scan
-        for offset, frame_type, length, body in _walk(reader, base + tail.walked, base + size, _RECORD_TYPES):
+        for offset, frame_type, length, body in walk_frames(reader.pread, base + tail.walked, base + size,
+                                                            _RECORD_TYPES):
             tail.walked = offset - base + frames.HEADER_SIZE + length
             header = frames.HEADER.pack(frame_type, length)
             tail.last = (offset, header)
@@ -204,14 +205,15 @@ _RECORD_TYPES = frozenset((frames.WRITER_RECORD, frames.WRITER_TABLE))  # bodies
 
 def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
     """DirectoryReader.frame_headers, on one segment's chunks."""
-    for offset, frame_type, length, _ in _walk(reader, start, end):
+    for offset, frame_type, length, _ in walk_frames(reader.pread, start, end):
         yield offset, frame_type, length
 
 
-def _walk(reader: ChunkReader, start: int, end: int,
-          with_body: Container[int] = ()) -> Iterator[tuple[int, int, int, bytes]]:
+def walk_frames(pread: Callable[[int, int, int], bytes], start: int, end: int,
+                with_body: Container[int] = ()) -> Iterator[tuple[int, int, int, bytes]]:
     """(offset, type, body length, body) of each whole frame in [start, end); the body only for the
-    types in `with_body` (else b"").
+    types in `with_body` (else b""). `pread(offset, max_bytes, end)` reads the bytes: a chunk file's
+    (ChunkReader.pread) or, for the Spark source, a hub's over the segment protocol.
 
     Small frames come from one buffered window; past a large frame the next header is read on its
     own, so the cost follows the frame count, not the bytes.
@@ -224,7 +226,7 @@ def _walk(reader: ChunkReader, start: int, end: int,
     while pos + size <= end:
         rel = pos - window_start
         if rel + size > len(window):
-            window = reader.pread(pos, HEADER_WINDOW, end)
+            window = pread(pos, HEADER_WINDOW, end)
             window_start, rel = pos, 0
             if len(window) < size:
                 return
@@ -236,7 +238,7 @@ def _walk(reader: ChunkReader, start: int, end: int,
         if frame_type in with_body:
             body = window[rel + size : rel + size + length]
             if len(body) < length:
-                body = reader.pread(pos + size, length, end)
+                body = pread(pos + size, length, end)
         yield pos, frame_type, length, body
         pos = stop
 
