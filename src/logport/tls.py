@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from typing import Any
 
 from logport.config import TLSConfig
 
@@ -17,6 +18,14 @@ def server_context(tls: TLSConfig) -> ssl.SSLContext | None:
         ctx.load_verify_locations(tls.client_ca)
         ctx.verify_mode = ssl.CERT_REQUIRED if tls.verify_client else ssl.CERT_OPTIONAL
     return ctx
+
+
+def server_options(tls: TLSConfig) -> dict[str, Any]:
+    """The TLS keyword arguments of a listener's `loop.create_server`: its context, and the handshake
+    timeout (a connection counts against the listener's limits only once its handshake is done; asyncio
+    refuses a timeout without TLS)."""
+    ctx = server_context(tls)
+    return {"ssl": ctx, "ssl_handshake_timeout": tls.handshake_timeout if ctx else None}
 
 
 def client_context(ca: str = "", cert: str = "", key: str = "", verify: bool = True) -> ssl.SSLContext:

@@ -77,15 +77,13 @@ class ForwardServer:
     async def start(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        ssl_context = tls.server_context(cfg.tls)
-        handshake_timeout = cfg.tls.handshake_timeout if ssl_context else None  # asyncio refuses one without TLS
+        options = tls.server_options(cfg.tls)
         self._tcp = await loop.create_server(lambda: ForwardConnection(self), cfg.bind, cfg.port,
-                                             ssl=ssl_context, ssl_handshake_timeout=handshake_timeout,
-                                             backlog=1024, reuse_address=True)
+                                             backlog=1024, reuse_address=True, **options)
         self.port = self._tcp.sockets[0].getsockname()[1]
         self._udp, _ = await loop.create_datagram_endpoint(lambda: HeartbeatProtocol(self),
                                                            local_addr=(cfg.bind, self.port))
-        log.info("forward listening", extra={"bind": cfg.bind, "port": self.port, "tls": ssl_context is not None})
+        log.info("forward listening", extra={"bind": cfg.bind, "port": self.port, "tls": options["ssl"] is not None})
 
     async def close(self) -> None:
         if self._tcp is not None:

@@ -38,7 +38,7 @@ from logport.protocols.lumberjack import (
 )
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard
-from logport.tls import server_context
+from logport.tls import server_options
 
 log = logging.getLogger("logport.lumberjack")
 
@@ -189,12 +189,9 @@ class LumberjackServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        tls = self.config.tls
-        ssl_context = server_context(tls)
         self.server = await loop.create_server(
             lambda: LumberjackConnection(self), self.config.bind, self.config.port,
-            ssl=ssl_context, reuse_address=True,
-            ssl_handshake_timeout=tls.handshake_timeout if ssl_context else None,
+            reuse_address=True, **server_options(self.config.tls),
         )
 
     @property

@@ -26,7 +26,7 @@ from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.store import SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
-from logport.tls import server_context
+from logport.tls import server_options
 
 log = logging.getLogger("logport.segment")
 
@@ -88,12 +88,9 @@ class SegmentServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        tls = self.config.tls
-        ssl_context = server_context(tls)
         self._server = await loop.create_server(
             lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
-            ssl=ssl_context, reuse_address=True,
-            ssl_handshake_timeout=tls.handshake_timeout if ssl_context else None,
+            reuse_address=True, **server_options(self.config.tls),
         )
         if self.config.idle_timeout > 0:
             self._idle_task = loop.create_task(self._close_idle())
