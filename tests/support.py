@@ -4,6 +4,8 @@ and the batches a segment holds."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
@@ -112,3 +114,14 @@ def assert_segment_files_whole(hub: Hub, segment: str) -> None:
     chunks = files.chunk_reader(segment)
     assert chunks.chunk_end(chunks.bases[-1]) == end  # no torn bytes after it
     assert hub.runtime is not None and end == hub.runtime.store.info(segment).end_offset
+
+
+def fill_the_disk(monkeypatch: Any) -> None:
+    """Every store write fails with ENOSPC after a torn write, as on a full disk; monkeypatch.undo() frees it."""
+    real_pwritev = os.pwritev
+
+    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
+        real_pwritev(fd, [b"\xff" * 3], offset)  # a torn write lands before the error
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwritev", disk_full)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import urllib.request
 from pathlib import Path
 
 from logport.config import Config
-from logport.hub import Hub
+from logport.hub import Hub, ListenerError
 from tests.conftest import free_port
 
 
@@ -51,11 +52,17 @@ async def test_hub_restart_keeps_the_data(tmp_path: Path) -> None:
     await hub.stop()
 
 
+async def start_refused(hub: Hub) -> ListenerError:
+    """The ListenerError the hub's start raises (a hub that starts is stopped and fails the test)."""
+    try:
+        await hub.start()
+    except ListenerError as e:
+        return e
+    await hub.stop()
+    raise AssertionError("the hub started on a taken port")
+
+
 async def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
-    import socket
-
-    from logport.hub import ListenerError
-
     config = config_without_listeners(tmp_path)
     config.forward.enabled = True
     with socket.socket() as taken:
@@ -63,24 +70,15 @@ async def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
         taken.listen()
         config.forward.port = taken.getsockname()[1]
         hub = Hub(config, serve_metrics=False)
-        try:
-            await hub.start()
-        except ListenerError as e:
-            assert f"forward listener could not start on 127.0.0.1:{config.forward.port}" in str(e)
-            assert "in use" in str(e)
-        else:
-            await hub.stop()
-            raise AssertionError("the hub started on a taken port")
+        e = await start_refused(hub)
+        assert f"forward listener could not start on 127.0.0.1:{config.forward.port}" in str(e)
+        assert "in use" in str(e)
     assert hub.runtime is None  # the store was closed again
 
 
 async def test_a_taken_metrics_port_is_a_clear_error_and_stops_what_started(tmp_path: Path) -> None:
     """Raised like a listener's taken port (the CLI prints it, no traceback), after closing the listeners
     and the store that had started before it."""
-    import socket
-
-    from logport.hub import ListenerError
-
     config = config_without_listeners(tmp_path)
     config.forward.enabled = True
     config.forward.port = free_port()
@@ -89,14 +87,9 @@ async def test_a_taken_metrics_port_is_a_clear_error_and_stops_what_started(tmp_
         taken.listen()
         config.metrics.port = taken.getsockname()[1]
         hub = Hub(config)
-        try:
-            await hub.start()
-        except ListenerError as e:
-            assert f"metrics endpoint could not start on 127.0.0.1:{config.metrics.port}" in str(e)
-            assert "in use" in str(e)
-        else:
-            await hub.stop()
-            raise AssertionError("the hub started on a taken metrics port")
+        e = await start_refused(hub)
+        assert f"metrics endpoint could not start on 127.0.0.1:{config.metrics.port}" in str(e)
+        assert "in use" in str(e)
     assert hub.runtime is None and not hub.services  # the store and the Forward listener were closed
     with socket.socket() as again:  # the Forward listener's port is free again
         again.bind(("127.0.0.1", config.forward.port))

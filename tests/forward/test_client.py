@@ -128,6 +128,14 @@ def test_failure_detector_phi() -> None:
     assert not hard.available(10.0)
 
 
+async def heartbeats_heard(detector: fc.FailureDetector, beats: int, tries: int) -> None:
+    """Wait (tries x 50 ms at most) until the detector has `beats` intervals between heartbeat replies."""
+    for _ in range(tries):
+        if len(detector.intervals) >= beats:
+            return
+        await asyncio.sleep(0.05)
+
+
 async def test_udp_and_transport_heartbeats_feed_the_detector(tmp_path: Path) -> None:
     config = forward_config(tmp_path)
     async with running_hub(config):
@@ -136,10 +144,7 @@ async def test_udp_and_transport_heartbeats_feed_the_detector(tmp_path: Path) ->
             cfg = fc.SenderConfig(servers=[server], heartbeat=kind, heartbeat_interval=0.05)
             async with fc.ForwardSender(cfg) as sender:
                 detector = sender.detectors[id(server)]
-                for _ in range(100):
-                    if len(detector.intervals) >= 3:
-                        break
-                    await asyncio.sleep(0.05)
+                await heartbeats_heard(detector, 3, tries=100)
                 assert len(detector.intervals) >= 3 and sender.available(server), kind
 
 
@@ -201,10 +206,7 @@ async def test_transport_heartbeat_to_a_tls_port_is_a_verified_tls_handshake(tmp
                                   hard_timeout=0.5, tls=tls.client_context(ca), server_hostname="forward.example")
             async with fc.ForwardSender(cfg) as sender:
                 detector = sender.detectors[id(address)]
-                for _ in range(40):
-                    if len(detector.intervals) >= 2:
-                        break
-                    await asyncio.sleep(0.05)
+                await heartbeats_heard(detector, 2, tries=40)
                 assert detector.heard is heard and sender.available(address) is heard, ca
         assert handshakes >= 3 and set(names) == {"forward.example"}
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import errno
 import gzip
 import hashlib
 import json
 import logging
-import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +20,7 @@ from logport.config import RouteConfig
 from logport.protocols import forward as fp
 from tests.conftest import VECTORS
 from tests.forward.helpers import forward_config, running_hub, stored_events, wait_for_events
-from tests.support import assert_segment_files_whole
+from tests.support import assert_segment_files_whole, fill_the_disk
 
 P = msgpack.Packer(use_bin_type=True)
 
@@ -437,13 +435,7 @@ async def test_disk_full_no_ack_clear_error_and_the_resent_chunk_is_stored_once(
         port = config.forward.port
         assert await send_chunk(port, "before", entries(2)) == {"ack": "before"}
         assert len(await wait_for_events(hub, 2)) == 2  # written before the disk fills
-        real_pwritev = os.pwritev
-
-        def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
-            real_pwritev(fd, [b"\xff" * 3], offset)  # a torn write lands before the error
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        monkeypatch.setattr(os, "pwritev", disk_full)
+        fill_the_disk(monkeypatch)
         r, w = await connect(port)
         w.write(fp.encode_packed_forward("t", entries(3, start=2), {"chunk": "full"}))
         await closed_without_reply(r, 5)  # no {"ack": "full"}: the client keeps the chunk and resends it

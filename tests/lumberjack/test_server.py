@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
-import os
 import ssl
 import struct
 import zlib
@@ -39,7 +37,7 @@ from tests.lumberjack.harness import (
     stored_records,
     wait_for_records,
 )
-from tests.support import assert_segment_files_whole
+from tests.support import assert_segment_files_whole, fill_the_disk
 
 VECTOR = json.loads((VECTORS / "go-lumber-client-v2-window.json").read_text())
 CLIENT_BYTES = [bytes.fromhex(c["hex"]) for c in VECTOR["conversation"] if c["dir"] == "client->server"]
@@ -454,13 +452,7 @@ async def test_disk_full_no_ack_clear_error_and_the_resent_window_is_stored(
         writer.write(window(range(1, 3)))
         await read_acks_until(reader, 2)
         assert len(await wait_for_records(hub.runtime.store, "lumberjack", 2)) == 2  # written before the disk fills
-        real_pwritev = os.pwritev
-
-        def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
-            real_pwritev(fd, [b"\xff" * 3], offset)  # a torn write lands before the error
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        monkeypatch.setattr(os, "pwritev", disk_full)
+        fill_the_disk(monkeypatch)
         writer.write(window(range(1, 4)))
         replies = b""
         try:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import io
 import logging
-import os
 import signal
 import struct
 import sys
@@ -25,7 +23,7 @@ from logport.protocols import segment as sp
 from logport.store import frames
 from logport.store.reader import DirectoryReader
 from tests.conftest import free_port
-from tests.support import assert_segment_files_whole
+from tests.support import assert_segment_files_whole, fill_the_disk
 
 CID = uuid.UUID(int=0xABC)
 
@@ -799,17 +797,6 @@ async def test_hub_closes_promptly_while_a_setup_append_is_unanswered(tmp_path: 
 
 
 # --- a full disk: nothing acknowledged, a clear error, the retry stored once ---
-
-
-def fill_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every store write fails with ENOSPC after a torn write, as on a full disk; monkeypatch.undo() frees it."""
-    real_pwritev = os.pwritev
-
-    def disk_full(fd: int, buffers: list[bytes], offset: int) -> int:
-        real_pwritev(fd, [b"\xff" * 3], offset)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(os, "pwritev", disk_full)
 
 
 async def test_disk_full_gets_operation_failed_not_data_appended_and_the_resent_block_is_stored_once(
