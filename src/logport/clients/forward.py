@@ -267,7 +267,7 @@ class ForwardSender:
         if not config.servers:
             raise ValueError("a Forward sender needs at least one server")
         self.config = config
-        self.detectors = {id(s): FailureDetector(config.phi_threshold, config.hard_timeout) for s in config.servers}
+        self.detectors = self._new_detectors()
         self.down_until: dict[int, float] = {}
         self.links: dict[int, ServerLink] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -277,10 +277,13 @@ class ForwardSender:
 
     async def start(self) -> ForwardSender:
         if self.config.heartbeat in ("transport", "udp"):
-            cfg = self.config  # silence counts from when heartbeats start
-            self.detectors = {id(s): FailureDetector(cfg.phi_threshold, cfg.hard_timeout) for s in cfg.servers}
+            self.detectors = self._new_detectors()  # silence counts from when heartbeats start
             self._heartbeat_task = asyncio.ensure_future(self._heartbeats())
         return self
+
+    def _new_detectors(self) -> dict[int, FailureDetector]:
+        cfg = self.config
+        return {id(s): FailureDetector(cfg.phi_threshold, cfg.hard_timeout) for s in cfg.servers}
 
     async def __aenter__(self) -> ForwardSender:
         return await self.start()
