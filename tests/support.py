@@ -125,3 +125,20 @@ def fill_the_disk(monkeypatch: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "pwritev", disk_full)
+
+
+def child_pids(parent: int, marker: str) -> list[int]:
+    """Live processes whose parent is `parent` and whose command line holds `marker` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, ...
+        if int(fields[1]) == parent and fields[0] != "Z" and marker in cmdline:
+            found.append(int(entry))
+    return found

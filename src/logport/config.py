@@ -125,6 +125,8 @@ class LumberjackConfig:
     max_connections: int = 1000
     max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     partial_window_delay: float = 0.2  # store (and ack) part of a window after its sender paused this long
+    decode_workers: int = 2  # processes that decode C frames of decode_offload_bytes or more; 0 = the event loop
+    decode_offload_bytes: int = 16 * 1024  # smaller C frames are decoded in the event loop (no round trip)
 
 
 @dataclass
@@ -526,6 +528,8 @@ def validate(config: Config) -> None:
         _check_positive(f"lumberjack.{key}", getattr(lj, key))
     _check_positive("lumberjack.max_window_bytes", lj.max_window_bytes)
     _check_positive("lumberjack.idle_timeout", lj.idle_timeout, zero_ok=True)
+    _check_positive("lumberjack.decode_workers", lj.decode_workers, zero_ok=True)
+    _check_positive("lumberjack.decode_offload_bytes", lj.decode_offload_bytes, zero_ok=True)
     if not lj.tag:
         raise ConfigError("config key 'lumberjack.tag' must not be empty")
     for i, lj_out in enumerate(config.outputs.lumberjack):

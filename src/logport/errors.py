@@ -91,6 +91,9 @@ class LimitExceeded(RemoteProtocolError):
         self.limit = limit
         self.unit = unit
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by decode workers: the arguments, not the message
+        return LimitExceeded, (self.what, self.value, self.limit_name, self.limit), self.__dict__
+
     def __str__(self) -> str:
         if self.peer:
             return f"{self.what} of {self.value} {self.unit} from {self.peer} exceeds {self.limit_name} {self.limit}"
@@ -172,3 +175,14 @@ class StoreClosed(StoreError):
 
 class StoreWriteFailed(StoreError):
     """A write or fsync failed (disk full, I/O error); nothing of it was acknowledged."""
+
+
+# --- worker processes ---
+
+
+class WorkerLost(LogportError):
+    """A decode worker process died (or its pool was closed) before it answered."""
+
+
+class WorkerError(LogportError):
+    """What a worker raised, as text, when the exception itself could not be sent back."""

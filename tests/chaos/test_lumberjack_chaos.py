@@ -18,6 +18,7 @@ import pytest
 
 from logport.batch import decode_batch
 from tests.chaos.harness import HubProcess, check_store, kill_loop, stored_events
+from tests.support import child_pids
 
 KILLS = 12
 WRITERS = 2
@@ -64,7 +65,8 @@ class BeatWriter:
 @pytest.mark.slow
 async def test_lumberjack_windows_survive_sigkill_at_least_once(tmp_path: Path) -> None:
     rng = random.Random(5044)
-    hub = HubProcess(tmp_path / "hub", ("lumberjack",))
+    # every window (pylogbeat sends W, then one C of it) goes to a decode worker: kills land there too
+    hub = HubProcess(tmp_path / "hub", ("lumberjack",), settings={"lumberjack": {"decode_offload_bytes": 0}})
     await hub.start()
     began = time.monotonic()
     stop = threading.Event()
@@ -102,3 +104,36 @@ async def test_lumberjack_windows_survive_sigkill_at_least_once(tmp_path: Path) 
     print(f"\nlumberjack chaos: {figures.kills} SIGKILLs in {elapsed:.1f}s; pylogbeat {sum(w.acked for w in writers)} "
           f"acknowledged events all stored, {duplicates} stored twice (at-least-once); resends "
           f"{sum(w.resends for w in writers)} ({dict(sum((w.errors for w in writers), collections.Counter()))})")
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"  # an orphan its new parent has not reaped yet is gone all the same
+
+
+def _send_window(port: int) -> None:
+    with pylogbeat.PyLogBeatClient("127.0.0.1", port, timeout=5.0) as client:
+        client.send([{"message": f"event {i}"} for i in range(50)])
+
+
+async def test_decode_workers_die_with_a_killed_hub(tmp_path: Path) -> None:
+    """A SIGKILLed hub runs no shutdown code: its decode workers must go by themselves, holding nothing."""
+    hub = HubProcess(tmp_path / "hub", ("lumberjack",), settings={"lumberjack": {"decode_offload_bytes": 0}})
+    await hub.start()
+    try:
+        for _ in range(2):
+            await asyncio.to_thread(_send_window, hub.ports["lumberjack"])
+            workers = child_pids(hub.pid, "spawn_main")
+            assert workers, "the window was not decoded by a worker"
+            hub.kill()
+            deadline = time.monotonic() + 5
+            while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert not [pid for pid in workers if _running(pid)], "decode workers outlived the hub"
+            await hub.start()  # the port and the data directory are free again
+        await asyncio.to_thread(_send_window, hub.ports["lumberjack"])
+    finally:
+        hub.stop()

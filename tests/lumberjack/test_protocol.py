@@ -16,6 +16,7 @@ from logport.protocols import lumberjack
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
     Ack,
+    Compressed,
     Connection,
     DataFrames,
     Limits,
@@ -27,6 +28,7 @@ from logport.protocols.lumberjack import (
     encode_json,
     encode_window,
     format_timestamp,
+    inflate_frames,
     json_fields,
     parse_timestamp,
 )
@@ -401,3 +403,79 @@ def test_how_the_bytes_are_split_never_changes_what_they_decode_to(frames: list[
     stream += data.draw(st.binary(max_size=16))
     sizes = data.draw(st.lists(st.integers(1, 24), max_size=64))
     assert outcome(bytes(stream), sizes) == outcome(bytes(stream), [])
+
+
+# --- deferred C frames (what the server hands to its decode workers) ---
+
+
+def deferred_outcome(data: bytes, sizes: list[int]) -> list:
+    """`outcome`, with each top-level C frame handed out as Compressed and inflated where it stands."""
+    pieces, pos = [], 0
+    for n in [*sizes, len(data)]:
+        pieces.append(data[pos : pos + n])
+        pos += n
+    conn = Connection(Role.SERVER, SMALL, peer="10.0.0.1:4000", defer_compressed=True)
+    out: list = []
+
+    def add(event: object) -> None:
+        if out and isinstance(event, DataFrames) and isinstance(out[-1], DataFrames) \
+                and out[-1].version == event.version:
+            out[-1] = DataFrames(event.version, out[-1].frames + event.frames)
+        else:
+            out.append(event)
+
+    try:
+        for piece in pieces:
+            conn.receive_data(piece)
+            while (event := conn.next_event()) is not NEED_DATA:
+                for inner in conn.inflate(event) if isinstance(event, Compressed) else [event]:
+                    add(inner)
+    except RemoteProtocolError as e:
+        out.append(f"{type(e).__name__}: {e}")
+    return out
+
+
+@given(st.lists(frame_strategy, max_size=8), st.data())
+def test_deferred_c_frames_decode_as_if_parsed_where_they_came(frames: list[bytes], data: st.DataObject) -> None:
+    parts = [compressed_frame(V2, f) if data.draw(st.booleans()) else f for f in frames]
+    if parts and data.draw(st.booleans()):
+        parts = [compressed_frame(V2, b"".join(parts))]
+    stream = bytearray(b"".join(parts))
+    for _ in range(data.draw(st.integers(0, 2))):
+        if stream:
+            stream[data.draw(st.integers(0, len(stream) - 1))] = data.draw(st.integers(0, 255))
+    sizes = data.draw(st.lists(st.integers(1, 64), max_size=4))
+    plain, deferred = outcome(bytes(stream), sizes), deferred_outcome(bytes(stream), sizes)
+    if plain and isinstance(plain[-1], str):
+        # the same error; a C frame that fails hands out none of its events (inline: those before the error)
+        assert deferred[-1] == plain[-1]
+        assert len(deferred) <= len(plain)
+    else:
+        assert deferred == plain
+
+
+@given(st.binary(max_size=2048), st.integers(0, 10))
+def test_inflate_frames_of_arbitrary_bytes_raises_only_protocol_errors(payload: bytes, expected: int) -> None:
+    try:
+        inflate_frames(Compressed(V2, payload), SMALL, expected)
+    except RemoteProtocolError:
+        pass
+    try:
+        inflate_frames(Compressed(V2, zlib.compress(payload)), SMALL, expected)
+    except RemoteProtocolError:
+        pass
+
+
+def test_inflate_frames_takes_exactly_the_window_and_nothing_else() -> None:
+    j = [encode_json(s, orjson.dumps({"m": s})) for s in (1, 2, 3)]
+    three = Compressed(V2, zlib.compress(b"".join(j)))
+    frames, size = inflate_frames(three, SMALL, 3)  # type: ignore[misc]
+    assert frames == [(1, b'{"m":1}'), (2, b'{"m":2}'), (3, b'{"m":3}')]
+    assert size == sum(map(len, j))
+    assert inflate_frames(three, SMALL, 2) is None  # more than the window: the event loop splits it
+    assert inflate_frames(three, SMALL, 4) is None  # less: the window goes on after it
+    assert inflate_frames(Compressed(V2, zlib.compress(encode_window(V2, 1) + j[0])), SMALL, 1) is None
+    v1 = Compressed(V1, zlib.compress(encode_data_v1(7, {"line": "x"})))
+    assert inflate_frames(v1, SMALL, 1) == ([(7, {"line": "x"})], len(encode_data_v1(7, {"line": "x"})))
+    with pytest.raises(LimitExceeded, match="decompressed C frame of"):
+        inflate_frames(Compressed(V2, zlib.compress(b"2J" + b"\0" * 2_000_000)), SMALL, 1)

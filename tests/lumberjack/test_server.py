@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import ssl
 import struct
 import zlib
@@ -37,7 +39,7 @@ from tests.lumberjack.harness import (
     stored_records,
     wait_for_records,
 )
-from tests.support import assert_segment_files_whole, fill_the_disk
+from tests.support import assert_segment_files_whole, child_pids, fill_the_disk
 
 VECTOR = json.loads((VECTORS / "go-lumber-client-v2-window.json").read_text())
 CLIENT_BYTES = [bytes.fromhex(c["hex"]) for c in VECTOR["conversation"] if c["dir"] == "client->server"]
@@ -264,12 +266,25 @@ BAD_INPUT = {
 }
 
 
-@pytest.mark.parametrize("name", list(BAD_INPUT))
+# what a decode worker sees (a C frame right after its W frame), run once more with every such frame sent to one
+IN_A_WORKER = ["zlib bomb", "nested C frames over the limit together", "bad json in a window",
+               "event nested too deep in a window", "not zlib after a window"]
+BAD_INPUT.update({
+    "bad json in a window": (encode_window(0x32, 2) + compressed_frame(0x32, [
+        encode_json(1, b'{"a":1}'), encode_json(2, b"{nope")]), "J frame seq 2 is not valid JSON"),
+    "event nested too deep in a window": (encode_window(0x32, 1) + compressed_frame(0x32, encode_json(1, nested(513))),
+                                          "event seq 1 is nested 513 deep, over the limit of 512"),
+    "not zlib after a window": (encode_window(0x32, 1) + b"2C\0\0\0\4abcd", "not valid zlib"),
+})
+
+
+@pytest.mark.parametrize("name,offload", [(name, False) for name in BAD_INPUT] + [(name, True) for name in IN_A_WORKER],
+                         ids=[*BAD_INPUT, *(f"{name} (worker)" for name in IN_A_WORKER)])
 async def test_bad_input_closes_only_that_connection(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                     name: str) -> None:
+                                                     name: str, offload: bool) -> None:
     bad, message = BAD_INPUT[name]
     config = lumberjack_config(tmp_path / "data", max_decompressed_size=1 << 20, max_payload_size=8 << 20,
-                               max_window_size=100_000)
+                               max_window_size=100_000, decode_offload_bytes=0 if offload else 1 << 30)
     caplog.set_level(logging.WARNING, logger="logport.lumberjack")
     async with running_hub(config) as hub:
         port = hub.config.lumberjack.port
@@ -598,3 +613,88 @@ def test_deep_events_are_stored_readable_or_refused_as_protocol_errors(name: str
     for event in events_back:
         event.pop("@metadata", None)
     assert [e.record for e in batch] == events_back
+
+
+# --- decode workers: a C frame holding the window its W frame announced is decoded in another process ---
+
+
+def beat_event(seq: int, beat: str = "filebeat") -> bytes:
+    return encode_json(seq, orjson.dumps({
+        "@timestamp": f"2026-11-22T04:{seq // 60 % 60:02d}:{seq % 60:02d}.{seq:09d}Z",
+        "@metadata": {"beat": beat, "type": "_doc"}, "message": f"line {seq}", "log": {"offset": seq * 10}}))
+
+
+def mixed_stream() -> tuple[bytes, int]:
+    """(bytes, windows): windows a worker takes and windows it must hand back, with frames that follow them."""
+    parts = [
+        encode_window(0x32, 300) + compressed_frame(0x32, [beat_event(s) for s in range(1, 301)]),  # a worker's
+        encode_window(0x32, 2) + compressed_frame(0x32, [beat_event(1), beat_event(2, "winlogbeat")]),
+        encode_window(0x32, 4) + compressed_frame(0x32, [beat_event(s) for s in (1, 2)])  # fewer than announced
+        + beat_event(3) + compressed_frame(0x32, beat_event(4)),
+        encode_window(0x32, 2) + compressed_frame(0x32, [beat_event(s) for s in (1, 2, 3)]),  # more: splits
+        encode_window(0x32, 1) + compressed_frame(0x32, beat_event(4)),
+        encode_window(0x32, 2) + compressed_frame(0x32, encode_window(0x32, 1) + beat_event(1))  # a W inside
+        + beat_event(1) + beat_event(2),
+        encode_window(0x31, 2) + compressed_frame(0x31, [encode_data_v1(s, {"line": f"v1 {s}"}) for s in (1, 2)]),
+        encode_window(0x32, 500) + compressed_frame(0x32, [beat_event(s, "heartbeat") for s in range(1, 501)]),
+    ]
+    return b"".join(parts), len(STREAM_ACKS)
+
+
+# the C frame of 3 in a window of 2 ends it, its third frame starts one the next W frame ends; so does the W 1
+# inside a C frame, its J 1 then two frames that the v1 W frame ends
+STREAM_ACKS = [(b"2", 300), (b"2", 2), (b"2", 4), (b"2", 2), (b"2", 3), (b"2", 4), (b"2", 1), (b"2", 2), (b"1", 2),
+               (b"2", 500)]
+
+
+async def _acks_and_records(config_dir: Path, **lumberjack: Any) -> tuple[list[bytes], list[tuple], float]:
+    config = lumberjack_config(config_dir, partial_window_delay=0.1, tag_from_beat=True, **lumberjack)
+    stream, windows = mixed_stream()
+    async with running_hub(config) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(stream)
+        acks = [await asyncio.wait_for(reader.readexactly(6), 10) for _ in range(windows)]
+        writer.close()
+        records = [(b.tag, {k: v for k, v in b.option.items() if k != "peer"},
+                    [(e.seconds, e.nanos, e.record) if "@timestamp" in e.record else e.record for e in b])
+                   for b in await stored_batches(hub.runtime.store, "lumberjack")]
+        in_workers = hub.runtime.metrics.registry.get_sample_value("logport_lumberjack_worker_windows_total")
+    return acks, records, in_workers
+
+
+async def test_decode_workers_acknowledge_and_store_what_the_event_loop_does(tmp_path: Path) -> None:
+    loop_acks, loop_records, none = await _acks_and_records(tmp_path / "loop", decode_workers=0)
+    worker_acks, worker_records, in_workers = await _acks_and_records(tmp_path / "workers", decode_workers=2,
+                                                                      decode_offload_bytes=0)
+    assert (none, in_workers) == (0, 5)  # 300, 2 (two tags), 1, v1 2, 500: the others hold more, less, or a W
+    assert loop_acks == [ack(seq, version) for version, seq in STREAM_ACKS]
+    assert worker_acks == loop_acks
+    assert worker_records == loop_records
+    assert sum(len(r[2]) for r in worker_records) == 300 + 2 + 4 + 3 + 1 + 1 + 2 + 2 + 500
+
+
+async def test_a_decode_worker_that_dies_closes_only_its_connection_and_is_replaced(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    async with running_hub(lumberjack_config(tmp_path / "data", decode_offload_bytes=0)) as hub:
+        port = hub.config.lumberjack.port
+        reader, writer = await connect(port)
+        writer.write(window(range(1, 3)))
+        await read_acks_until(reader, 2)
+        workers = child_pids(os.getpid(), "spawn_main")  # started as needed: one, for one window at a time
+        assert workers
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        writer.write(window(range(1, 3)))
+        assert await closed_by_server(reader)
+        writer.close()
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("closing connection: a lumberjack decode worker died" in m for m in messages), messages
+        assert any("a decode worker died; starting new ones" in m for m in messages), messages
+
+        reader, writer = await connect(port)
+        writer.write(window(range(1, 4)))
+        await read_acks_until(reader, 3)
+        writer.close()
+        assert len(await wait_for_records(hub.runtime.store, "lumberjack", 5)) == 5
+        assert sorted(child_pids(os.getpid(), "spawn_main")) != sorted(workers)

@@ -81,7 +81,16 @@ class Ack:
     seq: int
 
 
-Event = WindowSize | DataFrames | Ack
+@dataclass(frozen=True, slots=True)
+class Compressed:
+    """A top-level `C` frame, not yet inflated (with defer_compressed=True): `Connection.inflate` turns it
+    into the events it holds, or `inflate_frames` does in another process."""
+
+    version: int
+    payload: bytes
+
+
+Event = WindowSize | DataFrames | Ack | Compressed
 
 
 # --- errors ---
@@ -107,11 +116,13 @@ class Connection:
     """One lumberjack connection, either side. Raises only RemoteProtocolError / LocalProtocolError."""
 
     def __init__(self, role: Role, limits: Limits | None = None, *, peer: str | None = None,
-                 decode_json: bool = True) -> None:
+                 decode_json: bool = True, defer_compressed: bool = False) -> None:
         self.role = role
         # False: J frames come out as their JSON bytes, for the caller to decode with `json_fields`
         # right before it is done with each event (short-lived dicts keep the cyclic GC idle)
         self.decode_json = decode_json
+        # True: a top-level C frame comes out as a Compressed event, for the caller to inflate where it likes
+        self.defer_compressed = defer_compressed
         self.limits = limits or Limits()
         self.peer = peer
         self.version: int | None = None  # the version of the last frame received
@@ -231,7 +242,11 @@ class Connection:
             stop = pos + 6 + length
             if stop > end:
                 return None
-            self._inflate(memoryview(data)[pos + 6 : stop], depth)
+            if depth == 0 and self.defer_compressed:
+                self._end_run()
+                self._events.append(Compressed(version, bytes(data[pos + 6 : stop])))
+            else:
+                self._inflate(memoryview(data)[pos + 6 : stop], depth)
             return stop
         if kind == DATA:
             return self._parse_data_frame(data, pos, end, version, depth)
@@ -311,6 +326,20 @@ class Connection:
         self._run_bytes += p - pos
         return p
 
+    def inflate(self, compressed: Compressed) -> list[Event]:
+        """The events a deferred C frame holds, as if it had been parsed where it came."""
+        saved = self._events, self._run, self._run_bytes, self._run_version
+        self._events, self._run, self._run_bytes = deque(), [], 0
+        try:
+            self._inflate(memoryview(compressed.payload), 0)
+            self._end_run()
+            return list(self._events)
+        except RemoteProtocolError as e:
+            e.peer = self.peer
+            raise
+        finally:
+            self._events, self._run, self._run_bytes, self._run_version = saved
+
     def _inflate(self, compressed: memoryview, depth: int) -> None:
         """Decompress a C frame without ever holding more than the limit, then parse its frames.
 
@@ -388,6 +417,20 @@ def _read_pair(data: bytes | bytearray, p: int, end: int, frame_start: int,
         return None
     key = data[p + 4 : key_stop].decode("utf-8", "replace")
     return key, data[key_stop + 4 : stop].decode("utf-8", "replace"), stop
+
+
+def inflate_frames(compressed: Compressed, limits: Limits, expected: int) -> tuple[list[tuple[int, Any]], int] | None:
+    """The data frames of a C frame that holds exactly `expected` of them and nothing else, with their size
+    (as DataFrames.size), as a server's Connection would parse them (J frames as bytes); None when it
+    holds anything else. A pure function, for a worker process; bad frames raise RemoteProtocolError."""
+    frames: list[tuple[int, Any]] = []
+    size = 0
+    for event in Connection(Role.SERVER, limits, decode_json=False).inflate(compressed):
+        if type(event) is not DataFrames:
+            return None
+        frames.extend(event.frames)
+        size += event.size
+    return (frames, size) if len(frames) == expected else None
 
 
 def json_fields(seq: int, payload: bytes | bytearray | memoryview) -> dict[str, Any]:

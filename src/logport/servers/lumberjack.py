@@ -27,18 +27,21 @@ from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LogportError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
+    Compressed,
     Connection,
     DataFrames,
     Limits,
     Role,
     WindowSize,
     encode_ack,
+    inflate_frames,
     json_fields,
     parse_timestamp,
 )
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard
 from logport.tls import server_options
+from logport.workers import WorkerPool
 
 log = logging.getLogger("logport.lumberjack")
 
@@ -61,7 +64,18 @@ class Window:
 
     version: int
     events: list[tuple[int, Any]]  # (seq, fields)
+    last_seq: int = 0  # what its ack says
+    batches: list[tuple[str, bytes, int]] | None = None  # built by a decode worker (then `events` is empty)
     stored: asyncio.Task[None] | None = None  # the append, started as soon as the window is complete
+
+
+@dataclass(slots=True)
+class _Decoding:
+    """A C frame that holds a whole window, in a decode worker; what came after it waits behind it."""
+
+    compressed: Compressed
+    window_size: int
+    task: asyncio.Task[tuple[list[tuple[str, bytes, int]], int, int] | None]
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:
@@ -75,6 +89,8 @@ class LumberjackMetrics:
         r = runtime.metrics.registry
         self.events = Counter("logport_lumberjack_events", "Events stored and acknowledged", ["segment"], registry=r)
         self.windows = Counter("logport_lumberjack_windows", "Windows (or parts) acknowledged", registry=r)
+        self.worker_windows = Counter("logport_lumberjack_worker_windows",
+                                      "Windows decoded by a decode worker process", registry=r)
         self.keepalives = Counter("logport_lumberjack_keepalives", "Keep-alive acks (A 0) sent", registry=r)
         self.errors = Counter(
             "logport_lumberjack_connection_errors", "Connections closed on an error", ["reason"], registry=r
@@ -104,6 +120,19 @@ def _check_depth(what: str, value: Any, limit: int) -> None:
     depth = _json_depth(value)
     if depth > limit:
         raise RemoteProtocolError(f"{what} is nested {depth} deep, over the limit of {limit}")
+
+
+def decode_window(compressed: Compressed, limits: Limits, window_size: int, tag: str, tag_from_beat: bool,
+                  peer: str, max_body: int, received_ns: int) -> tuple[list[tuple[str, bytes, int]], int, int] | None:
+    """In a decode worker: (batches, last seq, bytes) of a C frame that holds exactly the `window_size`
+    events its W frame announced; None when it holds anything else (the event loop parses it then)."""
+    inflated = inflate_frames(compressed, limits, window_size)
+    if inflated is None:
+        return None
+    frames, size = inflated
+    batches = build_batches(frames, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                            received_ns=received_ns)
+    return batches, frames[-1][0], size
 
 
 def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
@@ -186,6 +215,7 @@ class LumberjackServer:
                                      max_per_peer=cfg.max_connections_per_peer)
         self.server: asyncio.Server | None = None
         self.max_body = int(runtime.store.config.max_frame_size * BATCH_FILL)
+        self.decoders = WorkerPool("lumberjack", cfg.decode_workers) if cfg.decode_workers else None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -204,6 +234,8 @@ class LumberjackServer:
             self.server.close()
         for conn in list(self.connections):
             conn.abort()
+        if self.decoders is not None:
+            self.decoders.close()
         if self.server is not None:
             await self.server.wait_closed()
 
@@ -232,6 +264,10 @@ class LumberjackConnection(asyncio.Protocol):
         self.window_remaining: int | None = None  # events still due in the current window; None: no W yet
         self.jobs: deque[Window] = deque()
         self.jobs_ready = asyncio.Event()
+        # events parsed but not yet applied, because a C frame before them is still in a decode worker
+        self.pending: deque[Any] = deque()
+        self.decoding = 0  # _Decoding in `pending`
+        self.announced = 0  # the size of the W frame parsed last, while nothing has followed it
         self.task: asyncio.Task[None] | None = None
         self.partial_timer: asyncio.TimerHandle | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
@@ -255,7 +291,8 @@ class LumberjackConnection(asyncio.Protocol):
             return
         srv.connections.add(self)
         srv.metrics.connections.inc()
-        self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, decode_json=False)
+        self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, decode_json=False,
+                                defer_compressed=srv.decoders is not None)
         self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
         self._arm_idle()
 
@@ -270,26 +307,104 @@ class LumberjackConnection(asyncio.Protocol):
                 event = proto.next_event()
                 if event is NEED_DATA:
                     break
-                if type(event) is DataFrames:
-                    if self.window_remaining is None and not self.window:
-                        self.window_version = event.version  # no W: acks go in the data frames' version
-                    self._add_frames(event.frames, event.size)
-                elif type(event) is WindowSize:
-                    if self.window:  # the previous window was cut short: store what came
-                        self._finish_window()
-                    self.window_version = event.version
-                    if event.size == 0:
-                        self.window_remaining = None
-                        self._queue(Window(event.version, []))
-                    else:
-                        self.window_remaining = event.size
-        except RemoteProtocolError as e:
-            if self.window:  # events before the error are fine, but they will not be acknowledged
-                self.window.clear()
-            self._fail(e)
+                self.announced, announced = event.size if type(event) is WindowSize else 0, self.announced
+                if type(event) is Compressed and announced and len(event.payload) >= self.config.decode_offload_bytes:
+                    self.pending.append(self._decode(event, announced))
+                elif self.pending:
+                    self.pending.append(event)
+                else:
+                    self._apply(event)
+        except LogportError as e:
+            self._fail_window(e)
             return
         if self.window and self.partial_timer is None:
             self.partial_timer = self.loop.call_later(self.config.partial_window_delay, self._flush_partial)
+
+    def _decode(self, compressed: Compressed, window_size: int) -> _Decoding:
+        """Hand a C frame that should hold the whole window its W frame announced to a decode worker."""
+        srv = self.server
+        cfg = self.config
+        assert srv.decoders is not None
+        task = self.loop.create_task(srv.decoders.run(
+            decode_window, compressed, srv.limits, window_size, cfg.tag, cfg.tag_from_beat, self.peer, srv.max_body,
+            time.time_ns()))
+        task.add_done_callback(self._decoded)
+        self.decoding += 1
+        self._check_pressure()
+        return _Decoding(compressed, window_size, task)
+
+    def _decoded(self, task: asyncio.Task[Any]) -> None:
+        if self.closed:
+            if not task.cancelled():
+                task.exception()  # retrieved: the connection that wanted it is gone
+            return
+        self._drain()
+
+    def _drain(self) -> None:
+        """Apply what waited behind decoded C frames, in the order it came."""
+        pending = self.pending
+        try:
+            while pending and not self.closed:
+                head = pending[0]
+                if type(head) is _Decoding:
+                    if not head.task.done():
+                        return
+                    pending.popleft()
+                    self.decoding -= 1
+                    self._apply_decoded(head)
+                else:
+                    pending.popleft()
+                    self._apply(head)
+        except LogportError as e:  # the peer's bad frame, or a worker lost
+            self._fail_window(e)
+            return
+        except Exception as e:  # a bug: this connection is closed, the others go on
+            log.exception("decoding a window failed", extra={"peer": self.peer})
+            self._fail_window(e)
+            return
+        if self.window and self.partial_timer is None and not self.closed:
+            self.partial_timer = self.loop.call_later(self.config.partial_window_delay, self._flush_partial)
+        self._check_pressure()
+
+    def _apply(self, event: Any) -> None:
+        if type(event) is DataFrames:
+            if self.window_remaining is None and not self.window:
+                self.window_version = event.version  # no W: acks go in the data frames' version
+            self._add_frames(event.frames, event.size)
+        elif type(event) is WindowSize:
+            if self.window:  # the previous window was cut short: store what came
+                self._finish_window()
+            self.window_version = event.version
+            if event.size == 0:
+                self.window_remaining = None
+                self._queue(Window(event.version, []))
+            else:
+                self.window_remaining = event.size
+        elif type(event) is Compressed:
+            assert self.proto is not None
+            for inner in self.proto.inflate(event):
+                self._apply(inner)
+
+    def _apply_decoded(self, item: _Decoding) -> None:
+        """A worker's decoded window: queue it (it is what the W frame before it announced), or, when the C
+        frame held anything else, parse it here as if it had not been deferred."""
+        decoded = item.task.result()  # raises the C frame's RemoteProtocolError, or WorkerLost
+        if decoded is None:
+            self._apply(item.compressed)
+            return
+        batches, last_seq, size = decoded
+        assert not self.window and self.window_remaining == item.window_size  # the W frame came right before
+        limit = self.config.max_window_bytes
+        if size > limit:
+            raise LimitExceeded("window", size, "max_window_bytes", limit)
+        self.window_remaining = None
+        self._queue(Window(self.window_version, [], last_seq, batches))
+        self.server.metrics.worker_windows.inc()
+
+    def _fail_window(self, error: Exception) -> None:
+        if self.window:  # events before the error are fine, but they will not be acknowledged
+            self.window.clear()
+        self._fail(error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()
@@ -323,7 +438,7 @@ class LumberjackConnection(asyncio.Protocol):
         if self.partial_timer is not None:
             self.partial_timer.cancel()
             self.partial_timer = None
-        self._queue(Window(self.window_version, self.window))
+        self._queue(Window(self.window_version, self.window, self.window[-1][0]))
         self.window = []
         self.window_bytes = 0
 
@@ -334,20 +449,33 @@ class LumberjackConnection(asyncio.Protocol):
 
     def _queue(self, window: Window) -> None:
         """Start storing the window now (its append overlaps the next window's decoding); ack in order."""
-        if window.events:
-            window.stored = self.loop.create_task(self._append(window.events))
+        if window.events or window.batches is not None:
+            window.stored = self.loop.create_task(self._append(window))
             window.stored.add_done_callback(_retrieve)
         self.jobs.append(window)
         self.jobs_ready.set()
-        if len(self.jobs) >= PAUSE_AT_WINDOWS and not self.paused and self.transport is not None:
+        self._check_pressure()
+
+    def _check_pressure(self) -> None:
+        """Pause reading while PAUSE_AT_WINDOWS windows are being decoded or stored; resume at RESUME_AT_WINDOWS."""
+        if self.transport is None or self.closed:
+            return
+        busy = len(self.jobs) + self.decoding
+        if busy >= PAUSE_AT_WINDOWS and not self.paused:
             self.paused = True
             self.transport.pause_reading()
+        elif busy <= RESUME_AT_WINDOWS and self.paused:
+            self.paused = False
+            self.transport.resume_reading()
 
-    async def _append(self, events: list[tuple[int, Any]]) -> None:
+    async def _append(self, window: Window) -> None:
+        """Store a window (its tasks start in the order windows are queued, so they reach the store in it)."""
         srv = self.server
         cfg = self.config
-        batches = build_batches(events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
-                                max_body=srv.max_body, received_ns=time.time_ns())
+        batches = window.batches
+        if batches is None:
+            batches = build_batches(window.events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
+                                    max_body=srv.max_body, received_ns=time.time_ns())
         by_segment: dict[str, list[bytes]] = {}
         counts: dict[str, int] = {}
         for tag, body, count in batches:
@@ -373,9 +501,7 @@ class LumberjackConnection(asyncio.Protocol):
                     await self.jobs_ready.wait()
                     continue
                 window = self.jobs[0]
-                seq = 0
                 if window.stored is not None:
-                    seq = window.events[-1][0]
                     self.storing = True
                     self._arm_keepalive(window.version)
                     try:
@@ -388,12 +514,10 @@ class LumberjackConnection(asyncio.Protocol):
                 self.jobs.popleft()
                 if self.closed or self.transport is None:
                     return
-                self.transport.write(encode_ack(window.version, seq))
+                self.transport.write(encode_ack(window.version, window.last_seq))
                 srv.metrics.windows.inc()
                 self.last_activity = self.loop.time()
-                if self.paused and len(self.jobs) <= RESUME_AT_WINDOWS:
-                    self.paused = False
-                    self.transport.resume_reading()
+                self._check_pressure()
         except asyncio.CancelledError:
             raise
         except LogportError as e:
@@ -424,7 +548,7 @@ class LumberjackConnection(asyncio.Protocol):
             return
         timeout = self.config.idle_timeout
         quiet = self.loop.time() - self.last_activity
-        if quiet >= timeout and not self.storing and not self.jobs and not self.window:
+        if quiet >= timeout and not self.storing and not self.jobs and not self.window and not self.pending:
             log.info("closing idle connection", extra={"peer": self.peer, "limit": "idle_timeout",
                                                         "value": round(quiet, 1)})
             self.server.metrics.errors.labels("idle_timeout").inc()
@@ -462,6 +586,10 @@ class LumberjackConnection(asyncio.Protocol):
         self.partial_timer = self.idle_timer = self.keepalive_timer = None
         if self.task is not None and not self.task.done():
             self.task.cancel()
+        for item in self.pending:
+            if type(item) is _Decoding:
+                item.task.cancel()
+        self.pending.clear()
         if self in self.server.connections:
             self.server.connections.discard(self)
             self.server.guard.release(self.peer)
