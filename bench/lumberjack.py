@@ -162,6 +162,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connections", default="1,4", help="comma-separated connection counts")
     parser.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     parser.add_argument("--data-dir", default="", help="store directory (default: a temporary one)")
+    parser.add_argument("--decode-workers", type=int, default=None,
+                        help="lumberjack.decode_workers of the hub (default: the config's default)")
     parser.add_argument("--profile", default="", help="write a pyinstrument HTML profile of the hub here")
 
 
@@ -174,6 +176,8 @@ async def _serve_and_load(args: argparse.Namespace, data_dir: str, windows_file:
         section.enabled = False
     config.metrics.enabled = False
     config.lumberjack.port = 0
+    if args.decode_workers is not None:
+        config.lumberjack.decode_workers = args.decode_workers
     hub = Hub(config, serve_metrics=False)
     await hub.start()
     try:
@@ -218,8 +222,11 @@ def run(args: argparse.Namespace) -> int:
                 Path(f"{args.profile}.{connections}.html").write_text(profiler.output_html())
             rate = result["events"] / result["seconds"]
             rows.append((connections, result["events"], result["seconds"], rate, raw))
+    from logport.config import LumberjackConfig
+
+    workers = LumberjackConfig.decode_workers if args.decode_workers is None else args.decode_workers
     print(f"windows of {args.window} Filebeat-like events ({avg_bytes / 1024:.0f} KiB compressed at level "
-          f"{args.level}), {args.in_flight} in flight per connection, fsync={args.fsync}")
+          f"{args.level}), {args.in_flight} in flight per connection, fsync={args.fsync}, decode_workers={workers}")
     print("raw decode: zlib.decompress + orjson.loads of the same windows on one core, measured right before"
           " and after each run (mean)")
     print()

@@ -636,7 +636,8 @@ def mixed_stream() -> tuple[bytes, int]:
         encode_window(0x32, 2) + compressed_frame(0x32, encode_window(0x32, 1) + beat_event(1))  # a W inside
         + beat_event(1) + beat_event(2),
         encode_window(0x31, 2) + compressed_frame(0x31, [encode_data_v1(s, {"line": f"v1 {s}"}) for s in (1, 2)]),
-        encode_window(0x32, 500) + compressed_frame(0x32, [beat_event(s, "heartbeat") for s in range(1, 501)]),
+        encode_window(0x32, 700) + compressed_frame(0x32, [beat_event(s, "heartbeat" if s < 400 else "filebeat")
+                                                           for s in range(1, 701)]),  # split between the workers
     ]
     return b"".join(parts), len(STREAM_ACKS)
 
@@ -644,10 +645,11 @@ def mixed_stream() -> tuple[bytes, int]:
 # the C frame of 3 in a window of 2 ends it, its third frame starts one the next W frame ends; so does the W 1
 # inside a C frame, its J 1 then two frames that the v1 W frame ends
 STREAM_ACKS = [(b"2", 300), (b"2", 2), (b"2", 4), (b"2", 2), (b"2", 3), (b"2", 4), (b"2", 1), (b"2", 2), (b"1", 2),
-               (b"2", 500)]
+               (b"2", 700)]
 
 
-async def _acks_and_records(config_dir: Path, **lumberjack: Any) -> tuple[list[bytes], list[tuple], float]:
+async def _acks_and_records(config_dir: Path, **lumberjack: Any) -> tuple[list[bytes], list[tuple], int,
+                                                                         float | None]:
     config = lumberjack_config(config_dir, partial_window_delay=0.1, tag_from_beat=True, **lumberjack)
     stream, windows = mixed_stream()
     async with running_hub(config) as hub:
@@ -655,22 +657,25 @@ async def _acks_and_records(config_dir: Path, **lumberjack: Any) -> tuple[list[b
         writer.write(stream)
         acks = [await asyncio.wait_for(reader.readexactly(6), 10) for _ in range(windows)]
         writer.close()
-        records = [(b.tag, {k: v for k, v in b.option.items() if k != "peer"},
-                    [(e.seconds, e.nanos, e.record) if "@timestamp" in e.record else e.record for e in b])
-                   for b in await stored_batches(hub.runtime.store, "lumberjack")]
+        batches = await stored_batches(hub.runtime.store, "lumberjack")
+        # entry by entry: where batches end may differ (a worker packs its part of a window in batches of its own)
+        records = [(b.tag, {k: v for k, v in b.option.items() if k not in ("peer", "size")},
+                    (e.seconds, e.nanos, e.record) if "@timestamp" in e.record else e.record)
+                   for b in batches for e in b]
         in_workers = hub.runtime.metrics.registry.get_sample_value("logport_lumberjack_worker_windows_total")
-    return acks, records, in_workers
+    return acks, records, len(batches), in_workers
 
 
 async def test_decode_workers_acknowledge_and_store_what_the_event_loop_does(tmp_path: Path) -> None:
-    loop_acks, loop_records, none = await _acks_and_records(tmp_path / "loop", decode_workers=0)
-    worker_acks, worker_records, in_workers = await _acks_and_records(tmp_path / "workers", decode_workers=2,
-                                                                      decode_offload_bytes=0)
+    loop_acks, loop_records, loop_batches, none = await _acks_and_records(tmp_path / "loop", decode_workers=0)
+    worker_acks, worker_records, worker_batches, in_workers = await _acks_and_records(
+        tmp_path / "workers", decode_workers=2, decode_offload_bytes=0)
     assert (none, in_workers) == (0, 5)  # 300, 2 (two tags), 1, v1 2, 500: the others hold more, less, or a W
     assert loop_acks == [ack(seq, version) for version, seq in STREAM_ACKS]
     assert worker_acks == loop_acks
     assert worker_records == loop_records
-    assert sum(len(r[2]) for r in worker_records) == 300 + 2 + 4 + 3 + 1 + 1 + 2 + 2 + 500
+    assert len(worker_records) == 300 + 2 + 4 + 3 + 1 + 1 + 2 + 2 + 700
+    assert worker_batches == loop_batches + 1  # the 700 events in two parts: the first run of 399 split at 350
 
 
 async def test_a_decode_worker_that_dies_closes_only_its_connection_and_is_replaced(

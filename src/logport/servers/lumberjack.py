@@ -69,13 +69,21 @@ class Window:
     stored: asyncio.Task[None] | None = None  # the append, started as soon as the window is complete
 
 
+Decoded = tuple[list[tuple[str, bytes, int]], int, int]  # batches, last seq, bytes of the window's frames
+# a window of at least this many events is split between the decode workers: its ack comes sooner
+SPLIT_AT_EVENTS = 512
+
+
 @dataclass(slots=True)
 class _Decoding:
-    """A C frame that holds a whole window, in a decode worker; what came after it waits behind it."""
+    """A C frame that holds a whole window, in decode workers (a part each); what came after it waits behind it."""
 
     compressed: Compressed
     window_size: int
-    task: asyncio.Task[tuple[list[tuple[str, bytes, int]], int, int] | None]
+    parts: list[asyncio.Task[Decoded | None]]
+
+    def done(self) -> bool:
+        return all(part.done() for part in self.parts)
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:
@@ -122,17 +130,19 @@ def _check_depth(what: str, value: Any, limit: int) -> None:
         raise RemoteProtocolError(f"{what} is nested {depth} deep, over the limit of {limit}")
 
 
-def decode_window(compressed: Compressed, limits: Limits, window_size: int, tag: str, tag_from_beat: bool,
-                  peer: str, max_body: int, received_ns: int) -> tuple[list[tuple[str, bytes, int]], int, int] | None:
-    """In a decode worker: (batches, last seq, bytes) of a C frame that holds exactly the `window_size`
-    events its W frame announced; None when it holds anything else (the event loop parses it then)."""
+def decode_window(compressed: Compressed, limits: Limits, window_size: int, part: int, parts: int, tag: str,
+                  tag_from_beat: bool, peer: str, max_body: int, received_ns: int) -> Decoded | None:
+    """In a decode worker: (batches, last seq, bytes) of part `part` of `parts` of a C frame that holds
+    exactly the `window_size` events its W frame announced; None when it holds anything else (the event
+    loop parses it then). Each part inflates and splits the whole frame, and packs its share of the events."""
     inflated = inflate_frames(compressed, limits, window_size)
     if inflated is None:
         return None
     frames, size = inflated
-    batches = build_batches(frames, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+    share = frames[window_size * part // parts : window_size * (part + 1) // parts]
+    batches = build_batches(share, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
                             received_ns=received_ns)
-    return batches, frames[-1][0], size
+    return batches, share[-1][0], size
 
 
 def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
@@ -324,14 +334,18 @@ class LumberjackConnection(asyncio.Protocol):
         """Hand a C frame that should hold the whole window its W frame announced to a decode worker."""
         srv = self.server
         cfg = self.config
-        assert srv.decoders is not None
-        task = self.loop.create_task(srv.decoders.run(
-            decode_window, compressed, srv.limits, window_size, cfg.tag, cfg.tag_from_beat, self.peer, srv.max_body,
-            time.time_ns()))
-        task.add_done_callback(self._decoded)
+        decoders = srv.decoders
+        assert decoders is not None
+        parts = decoders.workers if window_size >= SPLIT_AT_EVENTS else 1
+        received_ns = time.time_ns()
+        tasks = [self.loop.create_task(decoders.run(decode_window, compressed, srv.limits, window_size, part, parts,
+                                                    cfg.tag, cfg.tag_from_beat, self.peer, srv.max_body, received_ns))
+                 for part in range(parts)]
+        for task in tasks:
+            task.add_done_callback(self._decoded)
         self.decoding += 1
         self._check_pressure()
-        return _Decoding(compressed, window_size, task)
+        return _Decoding(compressed, window_size, tasks)
 
     def _decoded(self, task: asyncio.Task[Any]) -> None:
         if self.closed:
@@ -347,7 +361,7 @@ class LumberjackConnection(asyncio.Protocol):
             while pending and not self.closed:
                 head = pending[0]
                 if type(head) is _Decoding:
-                    if not head.task.done():
+                    if not head.done():
                         return
                     pending.popleft()
                     self.decoding -= 1
@@ -388,11 +402,13 @@ class LumberjackConnection(asyncio.Protocol):
     def _apply_decoded(self, item: _Decoding) -> None:
         """A worker's decoded window: queue it (it is what the W frame before it announced), or, when the C
         frame held anything else, parse it here as if it had not been deferred."""
-        decoded = item.task.result()  # raises the C frame's RemoteProtocolError, or WorkerLost
-        if decoded is None:
+        results = [part.result() for part in item.parts]  # raises the first part's RemoteProtocolError, or WorkerLost
+        decoded = [result for result in results if result is not None]
+        if len(decoded) < len(results):  # then none is: each part parsed the whole frame
             self._apply(item.compressed)
             return
-        batches, last_seq, size = decoded
+        batches = [batch for part_batches, _, _ in decoded for batch in part_batches]
+        _, last_seq, size = decoded[-1]
         assert not self.window and self.window_remaining == item.window_size  # the W frame came right before
         limit = self.config.max_window_bytes
         if size > limit:
@@ -588,7 +604,8 @@ class LumberjackConnection(asyncio.Protocol):
             self.task.cancel()
         for item in self.pending:
             if type(item) is _Decoding:
-                item.task.cancel()
+                for part in item.parts:
+                    part.cancel()
         self.pending.clear()
         if self in self.server.connections:
             self.server.connections.discard(self)
