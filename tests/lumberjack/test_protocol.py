@@ -301,6 +301,15 @@ def test_timestamp_round_trip(seconds: int, nanos: int) -> None:
     assert parse_timestamp(format_timestamp(seconds, nanos)) == (seconds, nanos)
 
 
+@given(st.text(alphabet="0123456789+-_ .Z\u0661\u00b2", max_size=12))
+def test_timestamp_fast_path_agrees_with_the_full_parse(fraction: str) -> None:
+    value = f"2026-11-22T03:25:39.{fraction}Z"
+    lumberjack._second_cache.clear()
+    slow = parse_timestamp(value)  # nothing cached: the regular expression decides
+    assert parse_timestamp(value) == slow  # cached: the fast path, where it applies, says the same
+    assert parse_timestamp("2026-11-22T03:25:39.028Z") == (1795317939, 28_000_000)  # libbeat's milliseconds
+
+
 # --- property tests ---
 
 SMALL = Limits(max_payload_size=4096, max_decompressed_size=16384, max_window_size=1000)

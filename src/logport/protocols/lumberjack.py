@@ -500,6 +500,7 @@ def compressed_frame(version: int, frames: bytes | Iterable[bytes], level: int =
 # --- @timestamp ---
 
 _second_cache: dict[str, int] = {}
+_FRACTION_SCALE = [10 ** (8 - digits) for digits in range(9)]  # nanoseconds per unit of 1 to 9 fraction digits
 
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d+))?(?:([Zz])|([+-])(\d\d):(\d\d))\Z")
@@ -509,16 +510,14 @@ def parse_timestamp(value: Any) -> tuple[int, int] | None:
     """(seconds, nanos) of a Beats `@timestamp` (RFC 3339, up to nanoseconds), None if it is not one."""
     if type(value) is not str:
         return None
-    # fast path: what Beats write, "2026-11-22T03:25:39.028135265Z"
-    if len(value) == 30 and value[19] == "." and value[29] == "Z" and value[10] == "T":
+    # fast path: what Beats write, "2026-11-22T03:25:39.028Z" (libbeat) or with up to nanoseconds (go-lumber)
+    n = len(value)
+    if 22 <= n <= 30 and value[19] == "." and value[-1] == "Z" and value[10] == "T":
         seconds = _second_cache.get(value[:19])
         if seconds is not None:
-            try:
-                nanos = int(value[20:29])
-            except ValueError:
-                return None
-            if nanos >= 0:  # int() also takes "+1234567" or " 1234567": harmless; "-" is not
-                return seconds, nanos
+            fraction = value[20:-1]
+            if fraction.isdigit() and fraction.isascii():
+                return seconds, int(fraction) * _FRACTION_SCALE[n - 22]
     m = _TIMESTAMP.match(value)
     if m is None:
         return None
