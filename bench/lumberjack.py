@@ -157,7 +157,7 @@ def generator_main(argv: list[str]) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=2048, help="events per window")
     parser.add_argument("--level", type=int, default=3, help="zlib level")
-    parser.add_argument("--windows", type=int, default=120, help="windows per connection")
+    parser.add_argument("--windows", type=int, default=400, help="windows per connection")
     parser.add_argument("--in-flight", type=int, default=2, help="windows in flight per connection")
     parser.add_argument("--connections", default="1,4", help="comma-separated connection counts")
     parser.add_argument("--fsync", default="always", choices=("always", "interval", "never"))

@@ -624,8 +624,9 @@ def beat_event(seq: int, beat: str = "filebeat") -> bytes:
         "@metadata": {"beat": beat, "type": "_doc"}, "message": f"line {seq}", "log": {"offset": seq * 10}}))
 
 
-def mixed_stream() -> tuple[bytes, int]:
-    """(bytes, windows): windows a worker takes and windows it must hand back, with frames that follow them."""
+def mixed_stream() -> tuple[bytes, bytes]:
+    """Windows a worker takes and windows it must hand back, with frames that follow them; then one more,
+    sent once the workers are idle, so it is split between them."""
     parts = [
         encode_window(0x32, 300) + compressed_frame(0x32, [beat_event(s) for s in range(1, 301)]),  # a worker's
         encode_window(0x32, 2) + compressed_frame(0x32, [beat_event(1), beat_event(2, "winlogbeat")]),
@@ -639,7 +640,7 @@ def mixed_stream() -> tuple[bytes, int]:
         encode_window(0x32, 700) + compressed_frame(0x32, [beat_event(s, "heartbeat" if s < 400 else "filebeat")
                                                            for s in range(1, 701)]),  # split between the workers
     ]
-    return b"".join(parts), len(STREAM_ACKS)
+    return b"".join(parts[:-1]), parts[-1]
 
 
 # the C frame of 3 in a window of 2 ends it, its third frame starts one the next W frame ends; so does the W 1
@@ -651,11 +652,13 @@ STREAM_ACKS = [(b"2", 300), (b"2", 2), (b"2", 4), (b"2", 2), (b"2", 3), (b"2", 4
 async def _acks_and_records(config_dir: Path, **lumberjack: Any) -> tuple[list[bytes], list[tuple], int,
                                                                          float | None]:
     config = lumberjack_config(config_dir, partial_window_delay=0.1, tag_from_beat=True, **lumberjack)
-    stream, windows = mixed_stream()
+    stream, last = mixed_stream()
     async with running_hub(config) as hub:
         reader, writer = await connect(hub.config.lumberjack.port)
         writer.write(stream)
-        acks = [await asyncio.wait_for(reader.readexactly(6), 10) for _ in range(windows)]
+        acks = [await asyncio.wait_for(reader.readexactly(6), 10) for _ in STREAM_ACKS[:-1]]
+        writer.write(last)
+        acks.append(await asyncio.wait_for(reader.readexactly(6), 10))
         writer.close()
         batches = await stored_batches(hub.runtime.store, "lumberjack")
         # entry by entry: where batches end may differ (a worker packs its part of a window in batches of its own)

@@ -336,7 +336,7 @@ class LumberjackConnection(asyncio.Protocol):
         cfg = self.config
         decoders = srv.decoders
         assert decoders is not None
-        parts = decoders.workers if window_size >= SPLIT_AT_EVENTS else 1
+        parts = max(1, decoders.idle) if window_size >= SPLIT_AT_EVENTS else 1
         received_ns = time.time_ns()
         tasks = [self.loop.create_task(decoders.run(decode_window, compressed, srv.limits, window_size, part, parts,
                                                     cfg.tag, cfg.tag_from_beat, self.peer, srv.max_body, received_ns))
