@@ -138,6 +138,21 @@ async def test_keepalive_acks_while_the_window_is_stored(tmp_path: Path, monkeyp
         writer.close()
 
 
+async def test_keepalive_acks_while_a_decode_worker_has_the_window(tmp_path: Path) -> None:
+    config = lumberjack_config(tmp_path / "data", keepalive_interval=0.05, decode_offload_bytes=0,
+                               max_window_size=200_000)
+    async with running_hub(config) as hub:
+        reader, writer = await connect(hub.config.lumberjack.port)
+        writer.write(window(range(1, 2)))  # the workers are started by now
+        await read_acks_until(reader, 1)
+        writer.write(window(range(1, 150_001)))  # a second or so in the workers; storing it takes far less
+        replies = await read_acks_until(reader, 150_000)
+        assert replies.count(0) >= 3, replies
+        writer.close()
+        registry = hub.runtime.metrics.registry
+        assert registry.get_sample_value("logport_lumberjack_worker_windows_total") == 2
+
+
 @pytest.mark.parametrize("restart", [True, False], ids=["filebeat-seqs", "growing-seqs"])
 async def test_sequences_restarting_or_growing(tmp_path: Path, restart: bool) -> None:
     async with running_hub(lumberjack_config(tmp_path / "data")) as hub:

@@ -345,6 +345,7 @@ class LumberjackConnection(asyncio.Protocol):
             task.add_done_callback(self._decoded)
         self.decoding += 1
         self._check_pressure()
+        self._arm_keepalive(compressed.version)
         return _Decoding(compressed, window_size, tasks)
 
     def _decoded(self, task: asyncio.Task[Any]) -> None:
@@ -524,7 +525,7 @@ class LumberjackConnection(asyncio.Protocol):
                         await asyncio.shield(window.stored)
                     finally:
                         self.storing = False
-                        if self.keepalive_timer is not None:
+                        if self.keepalive_timer is not None and not self.decoding:
                             self.keepalive_timer.cancel()
                             self.keepalive_timer = None
                 self.jobs.popleft()
@@ -543,11 +544,16 @@ class LumberjackConnection(asyncio.Protocol):
             self._fail(e)
 
     def _arm_keepalive(self, version: int) -> None:
+        """`A 0` every keepalive_interval while a window is decoded in a worker or stored (Logstash's keep-alive)."""
+        if self.keepalive_timer is not None:
+            return
+
         def keepalive() -> None:
-            if self.storing and not self.closed and self.transport is not None:
+            self.keepalive_timer = None
+            if (self.storing or self.decoding) and not self.closed and self.transport is not None:
                 self.transport.write(encode_ack(version, 0))
                 self.server.metrics.keepalives.inc()
-                self.keepalive_timer = self.loop.call_later(self.config.keepalive_interval, keepalive)
+                self._arm_keepalive(version)
 
         self.keepalive_timer = self.loop.call_later(self.config.keepalive_interval, keepalive)
 
