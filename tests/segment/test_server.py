@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import json
 import logging
 import signal
 import struct
@@ -498,6 +499,30 @@ async def test_cat_from_server_and_send(hub: Hub) -> None:
     assert await client.cat_from_server(f"127.0.0.1:{port}", "lines", None, False, out) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 3 and '"raw":"Zmlyc3QgbGluZQ=="' in lines[0]
+
+
+async def test_cat_from_server_checks_the_start_offset_as_cat_of_a_directory_does(hub: Hub) -> None:
+    store = hub.runtime.store  # type: ignore[union-attr]
+    for i in range(5):
+        await store.append("lines", [b"event %d" % i])
+    starts = [0, 15, 30, 45, 60]  # 8-byte header + 7-byte body each
+    end = store.info("lines").end_offset
+    assert end == 75
+    server = f"127.0.0.1:{port_of(hub)}"
+    for offset in [*starts, end]:
+        out = io.StringIO()
+        assert await client.cat_from_server(server, "lines", offset, False, out) == 0
+        assert [json.loads(line)["offset"] for line in out.getvalue().splitlines()] == [o for o in starts if o >= offset]
+    inside = "is not where a frame starts (use an offset that logport cat printed)"
+    for offset, message in [(3, f"offset 3 of segment 'lines' {inside}"),
+                            (61, f"offset 61 of segment 'lines' {inside}"),
+                            (76, "offset 76 of segment 'lines' is beyond its end 75")]:
+        for follow in ([], ["--follow"]):  # it used to print nothing (or wait for ever) without a word
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "logport.cli", "cat", "--server", server, "lines", "--from", str(offset),
+                *follow, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out_bytes, err = await asyncio.wait_for(proc.communicate(), 30)
+            assert (proc.returncode, out_bytes, err.decode()) == (2, b"", f"logport: {message}\n")
 
 
 LINES = [b"line %d" % i for i in range(40)]

@@ -20,6 +20,7 @@ from logport.batch import BatchDecodeError, Entry, decode_batch
 from logport.eventjson import write_events
 from logport.protocols import segment as sp
 from logport.store import frames
+from logport.store.reader import walk_frames
 
 DEFAULT_PORT = 12345
 READ_SIZE = 1024 * 1024
@@ -89,6 +90,13 @@ def parse_server(server: str, default_port: int = DEFAULT_PORT) -> tuple[str, in
 # --- a blocking client (plain sockets): the Spark data source reads a hub with it ---
 
 
+CHECK_READS = 4  # windows BlockingSegmentClient.could_start_frame reads
+
+
+class _ReadEnough(Exception):
+    """could_start_frame has read the windows it reads."""
+
+
 class BlockingSegmentClient:
     """One socket, one request at a time. Not thread-safe: one per thread."""
 
@@ -153,6 +161,50 @@ class BlockingSegmentClient:
             got += len(reply.data)
             if got >= length or reply.at_tail:
                 return b"".join(parts), reply.at_tail, reply.end_of_segment
+
+    def could_start_frame(self, name: str, offset: int, reads: int = CHECK_READS) -> bool:
+        """False when no frame can start at `offset`; True when one may (exact at the start and the end).
+
+        The segment protocol tells no frame boundaries, and proving one means reading every frame
+        before it. A few windows are cheap: from a frame start every header is one the store writes,
+        no frame passes the end and the last one ends exactly there, which the bytes from inside a
+        frame rarely keep up for long.
+        """
+        start, end, _ = self.info(name)
+        if offset in (start, end):
+            return True
+        if not start < offset < end:
+            return False
+        done = 0
+
+        def pread(position: int, max_bytes: int, limit: int) -> bytes:
+            nonlocal done
+            if done == reads:
+                raise _ReadEnough
+            done += 1
+            return self.read(name, position, min(max_bytes, limit - position))[0]
+
+        position = offset
+        try:
+            for frame_offset, frame_type, length, _ in walk_frames(pread, offset, end):
+                if frame_type not in frames.STORED_TYPES:
+                    return False
+                position = frame_offset + frames.HEADER_SIZE + length
+        except _ReadEnough:
+            return True
+        return position == end  # short of it: a header or frame ran past the end
+
+    def check_start(self, name: str, offset: int) -> None:
+        """Refuse a start offset below the segment's start, past its end, or (as far as a few reads tell)
+        inside a frame: the messages of DirectoryReader.check_start."""
+        start, end, _ = self.info(name)
+        if offset < start:
+            raise errors.OffsetTruncated(name, offset, start)
+        if offset > end:
+            raise errors.StoreError(f"offset {offset} of segment {name!r} is beyond its end {end}")
+        if not self.could_start_frame(name, offset):
+            raise errors.StoreError(f"offset {offset} of segment {name!r} is not where a frame starts "
+                                    f"(use an offset that logport cat printed)")
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame in [start, end); `start` on a frame boundary."""
@@ -720,9 +772,19 @@ class SegmentReader:
 # --- the CLI ---
 
 
+def _check_start(host: str, port: int, segment: str, offset: int) -> None:
+    client = BlockingSegmentClient(host, port)
+    try:
+        client.check_start(segment, offset)
+    finally:
+        client.close()
+
+
 async def cat_from_server(server: str, segment: str, offset: int | None, follow: bool, out: IO[str]) -> int:
     """`logport cat --server HOST:PORT SEGMENT`: print the events as JSON lines."""
     host, port = parse_server(server)
+    if offset is not None:
+        await asyncio.to_thread(_check_start, host, port, segment, offset)
     async with SegmentReader(host, port) as reader:
         async for frame_offset, body in reader.events(segment, offset, follow=follow):
             write_events(out, segment, frame_offset, body)

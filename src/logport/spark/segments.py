@@ -14,12 +14,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from logport.errors import LogportError
-from logport.store import frames
 from logport.store.files import ChunkReader
-from logport.store.reader import DirectoryReader, walk_frames
-
-STORED_FRAME_TYPES = (frames.EVENT, frames.WRITER_RECORD, frames.WRITER_TABLE)  # every frame the store writes
-SERVER_CHECK_READS = 4  # windows read to check an offset over the segment protocol
+from logport.store.reader import DirectoryReader
 
 
 class SourceOptionError(LogportError):
@@ -69,10 +65,6 @@ class DirectorySegments:
         self.reader.close()
 
 
-class _ReadEnough(Exception):
-    """ServerSegments.could_start_frame has read the windows it reads."""
-
-
 class ServerSegments:
     """A running hub, over the segment protocol (so executors on other machines can read it)."""
 
@@ -97,36 +89,8 @@ class ServerSegments:
             yield offset, frame_type, len(body)
 
     def could_start_frame(self, name: str, offset: int) -> bool:
-        """False when no frame can start at `offset`; True when one may (exact at the start and the end).
-
-        The segment protocol tells no frame boundaries, and proving one means reading every frame
-        before it. A few windows are cheap: from a frame start every header is one the store writes,
-        no frame passes the end and the last one ends exactly there, which the bytes from inside a
-        frame rarely keep up for long.
-        """
-        start, end, _ = self.bounds(name)
-        if offset in (start, end):
-            return True
-        if not start < offset < end:
-            return False
-        reads = 0
-
-        def pread(position: int, max_bytes: int, limit: int) -> bytes:
-            nonlocal reads
-            if reads == SERVER_CHECK_READS:
-                raise _ReadEnough
-            reads += 1
-            return self.client.read(name, position, min(max_bytes, limit - position))[0]
-
-        position = offset
-        try:
-            for frame_offset, frame_type, length, _ in walk_frames(pread, offset, end):
-                if frame_type not in STORED_FRAME_TYPES:
-                    return False
-                position = frame_offset + frames.HEADER_SIZE + length
-        except _ReadEnough:
-            return True
-        return position == end  # short of it: a header or frame ran past the end
+        """False when no frame can start at `offset`; True when one may (see BlockingSegmentClient)."""
+        return self.client.could_start_frame(name, offset)
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
         return self.client.iter_frames(name, start, end)

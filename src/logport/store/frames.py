@@ -19,6 +19,7 @@ EVENT: Final = 0
 WRITER_RECORD: Final = -1
 # body: uint32 count, then per writer: uint16 key length, key, uint64 offset
 WRITER_TABLE: Final = -2
+STORED_TYPES: Final = (EVENT, WRITER_RECORD, WRITER_TABLE)  # every frame the store writes
 
 _WRITER_RECORD_FIXED = struct.Struct(">QI")
 _U32 = struct.Struct(">I")
