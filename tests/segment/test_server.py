@@ -255,15 +255,18 @@ async def test_management(hub: Hub) -> None:
     await peer.send(sp.TruncateSegment("a", end + 1))
     assert isinstance(await peer.reply(), sp.OperationFailed)
     # reading beyond the end: refused at once, with or without a wait (no long poll for bytes that cannot come)
-    for wait_ms in (0, None):
-        await peer.send(sp.ReadSegment("a", end + 1, 100, wait_ms))
+    for wait_ms, length in [(0, 100), (None, 100), (0, 0)]:
+        await peer.send(sp.ReadSegment("a", end + 1, length, wait_ms))
         assert await peer.reply() == sp.OperationFailed(
             "a", f"offset {end + 1} is beyond the end {end} of segment 'a'")
+    await peer.send(sp.ReadSegment("a", end, 0, 0))
+    assert await peer.reply() == sp.SegmentRead.make("a", end, True, False, b"")
     second = [o for o, _ in DirectoryReader(hub.config.store.data_dir).iter_events("a")][1]
     await peer.send(sp.TruncateSegment("a", second))
     assert await peer.reply() == sp.SegmentTruncated("a", second)
-    await peer.send(sp.ReadSegment("a", 0, 100, 0))
-    assert await peer.reply() == sp.SegmentIsTruncated("a", second)
+    for length in (100, 0):
+        await peer.send(sp.ReadSegment("a", 0, length, 0))
+        assert await peer.reply() == sp.SegmentIsTruncated("a", second)
     await peer.send(sp.SealSegment("a"))
     assert await peer.reply() == sp.SegmentSealed("a", end)
     await peer.send(sp.ReadSegment("a", end, 100))

@@ -427,10 +427,9 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             reply_max = min(cfg.read_reply_max, self.server.limits.max_message_size - fields)
             while True:
                 n = min(remaining, reply_max)
-                if n == 0:
-                    info = self.store.info(segment)
-                    at_tail = offset >= info.end_offset
-                    await self._reply_read(segment, offset, at_tail, at_tail and info.sealed, b"")
+                if n == 0:  # a zero-length read: answered at once, its offset checked as any read's
+                    result = await self.store.read(segment, offset, 0)
+                    await self._reply_read(segment, offset, result.at_tail, result.end_of_segment, b"")
                     return
                 budget = 0.0 if sent else max(0.0, deadline - loop.time())
                 result = await self.store.read(segment, offset, n, wait=min(budget, cfg.keepalive_interval))
