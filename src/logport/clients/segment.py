@@ -20,7 +20,7 @@ from logport.batch import BatchDecodeError, Entry, decode_batch
 from logport.eventjson import write_events
 from logport.protocols import segment as sp
 from logport.store import frames
-from logport.store.reader import walk_frames
+from logport.store.reader import check_start, walk_frames
 
 DEFAULT_PORT = 12345
 READ_SIZE = 1024 * 1024
@@ -196,15 +196,9 @@ class BlockingSegmentClient:
 
     def check_start(self, name: str, offset: int) -> None:
         """Refuse a start offset below the segment's start, past its end, or (as far as a few reads tell)
-        inside a frame: the messages of DirectoryReader.check_start."""
+        inside a frame, as DirectoryReader.check_start does."""
         start, end, _ = self.info(name)
-        if offset < start:
-            raise errors.OffsetTruncated(name, offset, start)
-        if offset > end:
-            raise errors.StoreError(f"offset {offset} of segment {name!r} is beyond its end {end}")
-        if not self.could_start_frame(name, offset):
-            raise errors.StoreError(f"offset {offset} of segment {name!r} is not where a frame starts "
-                                    f"(use an offset that logport cat printed)")
+        check_start(name, offset, start, end, self.could_start_frame)
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame in [start, end); `start` on a frame boundary."""

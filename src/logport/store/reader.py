@@ -152,13 +152,7 @@ class DirectoryReader:
     def check_start(self, name: str, offset: int) -> None:
         """Refuse a start offset below the segment's start, past its end, or inside a frame."""
         lo, hi, _ = self.bounds(name)
-        if offset < lo:
-            raise OffsetTruncated(name, offset, lo)
-        if offset > hi:
-            raise StoreError(f"offset {offset} of segment {name!r} is beyond its end {hi}")
-        if not self.could_start_frame(name, offset):
-            raise StoreError(f"offset {offset} of segment {name!r} is not where a frame starts "
-                             f"(use an offset that logport cat printed)")
+        check_start(name, offset, lo, hi, self.could_start_frame)
 
     def iter_events(self, name: str, start: int | None = None, end: int | None = None) -> Iterator[tuple[int, memoryview]]:
         """(offset, body) of each Event frame; the store's own records are skipped."""
@@ -207,6 +201,18 @@ def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[i
     """DirectoryReader.frame_headers, on one segment's chunks."""
     for offset, frame_type, length, _ in walk_frames(reader.pread, start, end):
         yield offset, frame_type, length
+
+
+def check_start(name: str, offset: int, start: int, end: int, could_start_frame: Callable[[str, int], bool]) -> None:
+    """Refuse a start offset below the segment's `start`, past its `end`, or where no frame starts: what
+    `logport cat --from` says, of a data directory or over the segment protocol."""
+    if offset < start:
+        raise OffsetTruncated(name, offset, start)
+    if offset > end:
+        raise StoreError(f"offset {offset} of segment {name!r} is beyond its end {end}")
+    if not could_start_frame(name, offset):
+        raise StoreError(f"offset {offset} of segment {name!r} is not where a frame starts "
+                         f"(use an offset that logport cat printed)")
 
 
 def walk_frames(pread: Callable[[int, int, int], bytes], start: int, end: int,
