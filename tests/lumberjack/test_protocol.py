@@ -45,16 +45,17 @@ def events_of(data: bytes, role: Role = Role.SERVER, limits: Limits | None = Non
 
 
 def decode_into(out: list, conn: Connection, pieces: list[bytes]) -> None:
-    """Feed `pieces` one receive_data each, appending the events to `out`."""
+    """Feed `pieces` one receive_data each, appending the events to `out` (a deferred C frame's where it came)."""
     for piece in pieces:
         conn.receive_data(piece)
-        while (event := conn.next_event()) is not NEED_DATA:
-            if out and isinstance(event, DataFrames) and isinstance(out[-1], DataFrames) \
-                    and out[-1].version == event.version:
-                # how frames are grouped depends on how the bytes arrived; compare the frames
-                out[-1] = DataFrames(event.version, out[-1].frames + event.frames)
-            else:
-                out.append(event)
+        while (received := conn.next_event()) is not NEED_DATA:
+            for event in conn.inflate(received) if isinstance(received, Compressed) else [received]:
+                if out and isinstance(event, DataFrames) and isinstance(out[-1], DataFrames) \
+                        and out[-1].version == event.version:
+                    # how frames are grouped depends on how the bytes arrived; compare the frames
+                    out[-1] = DataFrames(event.version, out[-1].frames + event.frames)
+                else:
+                    out.append(event)
 
 
 def Data(version: int, seq: int, fields: dict) -> DataFrames:  # noqa: N802 - reads like an event in tables
@@ -389,7 +390,7 @@ def test_raw_json_mode_hands_out_the_json_bytes(chunk: int) -> None:
         json_fields(3, got[2][1])
 
 
-def outcome(data: bytes, sizes: list[int]) -> list:
+def outcome(data: bytes, sizes: list[int], defer_compressed: bool = False) -> list:
     """The events, then the error if any, of `data` fed in pieces of `sizes` (then the rest)."""
     pieces, pos = [], 0
     for n in [*sizes, len(data)]:
@@ -397,7 +398,8 @@ def outcome(data: bytes, sizes: list[int]) -> list:
         pos += n
     out: list = []
     try:
-        decode_into(out, Connection(Role.SERVER, SMALL, peer="10.0.0.1:4000"), pieces)
+        decode_into(out, Connection(Role.SERVER, SMALL, peer="10.0.0.1:4000", defer_compressed=defer_compressed),
+                    pieces)
     except RemoteProtocolError as e:
         out.append(f"{type(e).__name__}: {e}")
     return out
@@ -417,33 +419,6 @@ def test_how_the_bytes_are_split_never_changes_what_they_decode_to(frames: list[
 # --- deferred C frames (what the server hands to its decode workers) ---
 
 
-def deferred_outcome(data: bytes, sizes: list[int]) -> list:
-    """`outcome`, with each top-level C frame handed out as Compressed and inflated where it stands."""
-    pieces, pos = [], 0
-    for n in [*sizes, len(data)]:
-        pieces.append(data[pos : pos + n])
-        pos += n
-    conn = Connection(Role.SERVER, SMALL, peer="10.0.0.1:4000", defer_compressed=True)
-    out: list = []
-
-    def add(event: object) -> None:
-        if out and isinstance(event, DataFrames) and isinstance(out[-1], DataFrames) \
-                and out[-1].version == event.version:
-            out[-1] = DataFrames(event.version, out[-1].frames + event.frames)
-        else:
-            out.append(event)
-
-    try:
-        for piece in pieces:
-            conn.receive_data(piece)
-            while (event := conn.next_event()) is not NEED_DATA:
-                for inner in conn.inflate(event) if isinstance(event, Compressed) else [event]:
-                    add(inner)
-    except RemoteProtocolError as e:
-        out.append(f"{type(e).__name__}: {e}")
-    return out
-
-
 @given(st.lists(frame_strategy, max_size=8), st.data())
 def test_deferred_c_frames_decode_as_if_parsed_where_they_came(frames: list[bytes], data: st.DataObject) -> None:
     parts = [compressed_frame(V2, f) if data.draw(st.booleans()) else f for f in frames]
@@ -454,7 +429,7 @@ def test_deferred_c_frames_decode_as_if_parsed_where_they_came(frames: list[byte
         if stream:
             stream[data.draw(st.integers(0, len(stream) - 1))] = data.draw(st.integers(0, 255))
     sizes = data.draw(st.lists(st.integers(1, 64), max_size=4))
-    plain, deferred = outcome(bytes(stream), sizes), deferred_outcome(bytes(stream), sizes)
+    plain, deferred = outcome(bytes(stream), sizes), outcome(bytes(stream), sizes, defer_compressed=True)
     if plain and isinstance(plain[-1], str):
         # the same error; a C frame that fails hands out none of its events (inline: those before the error)
         assert deferred[-1] == plain[-1]

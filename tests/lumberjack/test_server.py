@@ -688,7 +688,7 @@ async def test_decode_workers_acknowledge_and_store_what_the_event_loop_does(tmp
     loop_acks, loop_records, loop_batches, none = await _acks_and_records(tmp_path / "loop", decode_workers=0)
     worker_acks, worker_records, worker_batches, in_workers = await _acks_and_records(
         tmp_path / "workers", decode_workers=2, decode_offload_bytes=0)
-    assert (none, in_workers) == (0, 5)  # 300, 2 (two tags), 1, v1 2, 500: the others hold more, less, or a W
+    assert (none, in_workers) == (0, 5)  # 300, 2 (two tags), 1, v1 2, 700: the others hold more, less, or a W
     assert loop_acks == [ack(seq, version) for version, seq in STREAM_ACKS]
     assert worker_acks == loop_acks
     assert worker_records == loop_records
