@@ -58,12 +58,6 @@ class WorkerPool:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
-        self.running = 0  # calls given to the workers and not yet answered
-
-    @property
-    def idle(self) -> int:
-        """Workers with nothing to do right now (before a call is made)."""
-        return max(0, self.workers - self.running)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a worker; its exception is raised here. A worker that died raises WorkerLost."""
@@ -74,7 +68,6 @@ class WorkerPool:
                                              initializer=_init_worker, initargs=(os.getpid(),))
             log.info("decode workers starting", extra={"pool": self.name, "workers": self.workers})
         pool = self._pool
-        self.running += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, _call, fn, args)
         except BrokenProcessPool as e:
@@ -84,8 +77,6 @@ class WorkerPool:
                 log.error("a decode worker died; starting new ones for the next call",
                           extra={"pool": self.name, "error": str(e)})
             raise WorkerLost(f"a {self.name} decode worker died ({e}); the data it had was not stored") from None
-        finally:
-            self.running -= 1
 
     def close(self) -> None:
         """Stop the workers without waiting: what they were given is dropped (never acknowledged)."""

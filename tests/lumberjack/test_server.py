@@ -641,7 +641,7 @@ def beat_event(seq: int, beat: str = "filebeat") -> bytes:
 
 def mixed_stream() -> tuple[bytes, bytes]:
     """Windows a worker takes and windows it must hand back, with frames that follow them; then one more,
-    sent once the workers are idle, so it is split between them."""
+    sent after their acks, big enough to be split between the workers."""
     parts = [
         encode_window(0x32, 300) + compressed_frame(0x32, [beat_event(s) for s in range(1, 301)]),  # a worker's
         encode_window(0x32, 2) + compressed_frame(0x32, [beat_event(1), beat_event(2, "winlogbeat")]),

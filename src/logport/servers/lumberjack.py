@@ -70,7 +70,8 @@ class Window:
 
 
 Decoded = tuple[list[tuple[str, bytes, int]], int, int]  # batches, last seq, bytes of the window's frames
-# a window of at least this many events is split between the decode workers: its ack comes sooner
+# a window of at least this many events is split between the decode workers: with two windows in flight (Filebeat)
+# the next window's parts are queued while one is stored and acknowledged, so no worker waits for its sender
 SPLIT_AT_EVENTS = 512
 
 
@@ -336,7 +337,7 @@ class LumberjackConnection(asyncio.Protocol):
         cfg = self.config
         decoders = srv.decoders
         assert decoders is not None
-        parts = max(1, decoders.idle) if window_size >= SPLIT_AT_EVENTS else 1
+        parts = decoders.workers if window_size >= SPLIT_AT_EVENTS else 1
         received_ns = time.time_ns()
         tasks = [self.loop.create_task(decoders.run(decode_window, compressed, srv.limits, window_size, part, parts,
                                                     cfg.tag, cfg.tag_from_beat, self.peer, srv.max_body, received_ns))
