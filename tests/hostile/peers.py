@@ -8,6 +8,7 @@ pylogbeat; the segment protocol uses logport's exactly-once appender (its only c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import socket
@@ -19,6 +20,7 @@ import msgpack
 import pylogbeat
 
 from logport.clients.segment import SegmentAppender
+from logport.tls import client_context
 
 EVENT_TIME = 0
 
@@ -48,30 +50,39 @@ def read_forward_ack(sock: socket.socket, unpacker: msgpack.Unpacker) -> dict[st
         unpacker.feed(data)
 
 
-def forward_send_acked(port: int, count: int = 10, tag: str = "hostile.normal", timeout: float = 10.0) -> float:
-    """One PackedForward message with a chunk id on a fresh connection; seconds until its ack."""
+def forward_send_acked(port: int, count: int = 10, tag: str = "hostile.normal", timeout: float = 10.0,
+                       ca: str | None = None) -> float:
+    """One PackedForward message with a chunk id on a fresh connection (TLS when `ca` is given, the
+    server's certificate checked against it); seconds until its ack."""
     chunk = os.urandom(16).hex()
     began = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=timeout))
+        if ca is not None:
+            sock = stack.enter_context(client_context(ca=ca).wrap_socket(sock, server_hostname="localhost"))
         sock.sendall(forward_message(tag, forward_entries(count), count, chunk))
         ack = read_forward_ack(sock, msgpack.Unpacker(raw=False))
     assert ack == {"ack": chunk}, ack
     return time.monotonic() - began
 
 
-def lumberjack_send_acked(port: int, count: int = 10, timeout: float = 10.0) -> float:
-    """One window through pylogbeat on a fresh connection; seconds until it was acknowledged."""
+def lumberjack_send_acked(port: int, count: int = 10, timeout: float = 10.0, ca: str | None = None) -> float:
+    """One window through pylogbeat on a fresh connection (TLS when `ca` is given); seconds until it was
+    acknowledged."""
     began = time.monotonic()
-    with pylogbeat.PyLogBeatClient("127.0.0.1", port, timeout=timeout) as client:
+    tls: dict[str, Any] = {"ssl_enable": True, "ca_certs": ca} if ca is not None else {}
+    with pylogbeat.PyLogBeatClient("127.0.0.1", port, timeout=timeout, **tls) as client:
         client.send([{"message": f"normal {i}", "@metadata": {"beat": "hostile"}} for i in range(count)])
     return time.monotonic() - began
 
 
 async def segment_send_acked(port: int, count: int = 10, segment: str = "hostile-normal",
-                             timeout: float = 10.0) -> float:
-    """`count` events appended and flushed (DataAppended) on a fresh appender; seconds until durable."""
+                             timeout: float = 10.0, ca: str | None = None) -> float:
+    """`count` events appended and flushed (DataAppended) on a fresh appender (TLS when `ca` is given);
+    seconds until durable."""
     began = time.monotonic()
-    appender = SegmentAppender("127.0.0.1", port, segment, retry_for=timeout, connect_timeout=timeout)
+    appender = SegmentAppender("127.0.0.1", port, segment, retry_for=timeout, connect_timeout=timeout,
+                               ssl=client_context(ca=ca) if ca is not None else None)
     await appender.start()
     try:
         await appender.append_many([b"normal %d" % i for i in range(count)])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import selectors
 import socket
 import struct
@@ -17,19 +16,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgpack
-import pylogbeat
 import pytest
 
-from logport.clients.segment import SegmentAppender
-from logport.tls import client_context
 from tests.chaos.harness import HubProcess, metric_value, raise_nofile
 from tests.hostile.peers import (
-    forward_entries,
-    forward_message,
     forward_send_acked,
     lumberjack_send_acked,
-    read_forward_ack,
     segment_send_acked,
 )
 from tests.support import self_signed_cert
@@ -364,38 +356,6 @@ def hold_silent_connections(ports: list[int], per_port: int, ready: threading.Ev
         selector.close()
 
 
-def forward_send_acked_tls(port: int, ca: str, count: int = 10, timeout: float = 10.0) -> float:
-    """tests.hostile.peers.forward_send_acked over TLS."""
-    chunk = os.urandom(16).hex()
-    began = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
-            client_context(ca=ca).wrap_socket(raw, server_hostname="localhost") as sock:
-        sock.sendall(forward_message("hostile.tls", forward_entries(count), count, chunk))
-        ack = read_forward_ack(sock, msgpack.Unpacker(raw=False))
-    assert ack == {"ack": chunk}, ack
-    return time.monotonic() - began
-
-
-def lumberjack_send_acked_tls(port: int, ca: str, count: int = 10, timeout: float = 10.0) -> float:
-    began = time.monotonic()
-    with pylogbeat.PyLogBeatClient("127.0.0.1", port, timeout=timeout, ssl_enable=True, ca_certs=ca) as client:
-        client.send([{"message": f"tls {i}", "@metadata": {"beat": "hostile"}} for i in range(count)])
-    return time.monotonic() - began
-
-
-async def segment_send_acked_tls(port: int, ca: str, count: int = 10, timeout: float = 10.0) -> float:
-    began = time.monotonic()
-    appender = SegmentAppender("127.0.0.1", port, "hostile-tls", retry_for=timeout, connect_timeout=timeout,
-                               ssl=client_context(ca=ca))
-    await appender.start()
-    try:
-        await appender.append_many([b"tls %d" % i for i in range(count)])
-        await asyncio.wait_for(appender.flush(), timeout)
-    finally:
-        await appender.close(flush=False)
-    return time.monotonic() - began
-
-
 async def test_tls_handshake_timeout_closes_silent_connections(tmp_path: Path) -> None:
     """A TLS connection is counted (max_connections) only once its handshake is done, so connections
     that never send a ClientHello are bounded by tls.handshake_timeout alone: the hub closes them
@@ -418,9 +378,9 @@ async def test_tls_handshake_timeout_closes_silent_connections(tmp_path: Path) -
         try:
             for _ in range(TLS_ROUNDS):
                 took = await asyncio.gather(
-                    asyncio.to_thread(forward_send_acked_tls, ports["forward"], str(cert)),
-                    asyncio.to_thread(lumberjack_send_acked_tls, ports["lumberjack"], str(cert)),
-                    segment_send_acked_tls(ports["segment"], str(cert)),
+                    asyncio.to_thread(forward_send_acked, ports["forward"], tag="hostile.tls", ca=str(cert)),
+                    asyncio.to_thread(lumberjack_send_acked, ports["lumberjack"], ca=str(cert)),
+                    segment_send_acked(ports["segment"], segment="hostile-tls", ca=str(cert)),
                 )
                 worst = {name: max(worst[name], t) for name, t in zip(ports, took, strict=True)}
                 peak_fds = max(peak_fds, hub.fd_count())
