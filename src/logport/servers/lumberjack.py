@@ -56,6 +56,7 @@ MAX_EVENT_DEPTH = MAX_NESTING_DEPTH
 
 
 _record_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+Batches = list[tuple[str, bytes, int]]  # (tag, stored body, event count): what build_batches makes
 
 
 @dataclass(slots=True)
@@ -65,11 +66,11 @@ class Window:
     version: int
     events: list[tuple[int, Any]]  # (seq, fields)
     last_seq: int = 0  # what its ack says
-    batches: list[tuple[str, bytes, int]] | None = None  # built by a decode worker (then `events` is empty)
+    batches: Batches | None = None  # built by a decode worker (then `events` is empty)
     stored: asyncio.Task[None] | None = None  # the append, started as soon as the window is complete
 
 
-Decoded = tuple[list[tuple[str, bytes, int]], int, int]  # batches, last seq, bytes of the window's frames
+Decoded = tuple[Batches, int, int]  # batches, last seq, bytes of the window's frames
 # a window of at least this many events is split between the decode workers: with two windows in flight (Filebeat)
 # the next window's parts are queued while one is stored and acknowledged, so no worker waits for its sender
 SPLIT_AT_EVENTS = 512
@@ -147,7 +148,7 @@ def decode_window(compressed: Compressed, limits: Limits, window_size: int, part
 
 
 def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
-                  max_body: int, received_ns: int) -> list[tuple[str, bytes, int]]:
+                  max_body: int, received_ns: int) -> Batches:
     """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
 
     The record is the event without `@metadata`, which goes into the option;
@@ -155,7 +156,7 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
     Events are (seq, fields), fields a dict or a J frame's JSON bytes; bad JSON
     or an event nested deeper than MAX_EVENT_DEPTH raises RemoteProtocolError.
     """
-    out: list[tuple[str, bytes, int]] = []
+    out: Batches = []
     default_s, default_ns = divmod(received_ns, 1_000_000_000)
     head = ENTRY_HEAD.pack
     pack = _record_packer.pack
@@ -328,8 +329,7 @@ class LumberjackConnection(asyncio.Protocol):
         except LogportError as e:
             self._fail_window(e)
             return
-        if self.window and self.partial_timer is None:
-            self.partial_timer = self.loop.call_later(self.config.partial_window_delay, self._flush_partial)
+        self._arm_partial()
 
     def _decode(self, compressed: Compressed, window_size: int) -> _Decoding:
         """Hand a C frame that should hold the whole window its W frame announced to a decode worker."""
@@ -378,8 +378,7 @@ class LumberjackConnection(asyncio.Protocol):
             log.exception("decoding a window failed", extra={"peer": self.peer})
             self._fail_window(e)
             return
-        if self.window and self.partial_timer is None and not self.closed:
-            self.partial_timer = self.loop.call_later(self.config.partial_window_delay, self._flush_partial)
+        self._arm_partial()
         self._check_pressure()
 
     def _apply(self, event: Any) -> None:
@@ -459,6 +458,11 @@ class LumberjackConnection(asyncio.Protocol):
         self._queue(Window(self.window_version, self.window, self.window[-1][0]))
         self.window = []
         self.window_bytes = 0
+
+    def _arm_partial(self) -> None:
+        """A window left unfinished is stored and acknowledged if its sender pauses (partial_window_delay)."""
+        if self.window and self.partial_timer is None and not self.closed:
+            self.partial_timer = self.loop.call_later(self.config.partial_window_delay, self._flush_partial)
 
     def _flush_partial(self) -> None:
         self.partial_timer = None
