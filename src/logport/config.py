@@ -61,6 +61,7 @@ class StoreConfig:
     max_frame_size: int = 16 * MiB  # largest event body the store accepts
     max_segments: int = 10000
     max_pending_bytes: int = 64 * MiB  # queued, unwritten appends per segment before appends wait
+    writeback_bytes: int = 1 * MiB  # a commit larger than this starts the disk on each such slice; 0 = off
     writer_state_limit: int = 100000  # writer ids (exactly-once state) kept per segment
     retention_bytes: int = 0  # per segment; 0 = keep everything
     retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever
@@ -480,6 +481,7 @@ def validate(config: Config) -> None:
         )
     _check_positive("store.max_segments", s.max_segments)
     _check_positive("store.max_pending_bytes", s.max_pending_bytes)
+    _check_positive("store.writeback_bytes", s.writeback_bytes, zero_ok=True)
     _check_positive("store.writer_state_limit", s.writer_state_limit)
     _check_positive("store.fsync_interval", s.fsync_interval)
     _check_positive("store.retention_bytes", s.retention_bytes, zero_ok=True)

@@ -84,6 +84,7 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         ("[store]\nchunk_size = 'big'\n", "'store.chunk_size' must be an integer, not 'big'"),
         ("[store]\nchunk_size = true\n", "'store.chunk_size' must be an integer, not True"),
         ("[store]\nchunk_size = 0\n", "'store.chunk_size' has value 0"),
+        ("[store]\nwriteback_bytes = -1\n", "'store.writeback_bytes' has value -1; it must be >= 0"),
         ("[store]\nretention_age = -1\n", "'store.retention_age' has value -1"),
         ("[forward]\nport = 70000\n", "'forward.port' has value 70000"),
         ("[forward.tls]\ncert = 'c.pem'\n", "'forward.tls.cert' and 'forward.tls.key'"),

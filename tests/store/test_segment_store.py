@@ -557,3 +557,67 @@ async def test_sealing_refuses_waiting_appends_and_keeps_those_already_queued(tm
     assert stored and all(isinstance(r, SegmentSealed) for r in results if isinstance(r, BaseException))
     assert info.sealed and len(await read_all(store, "s")) == len(stored)
     await store.close()
+
+
+@pytest.mark.parametrize(("fsync", "writeback_bytes", "sliced"),
+                         [("always", 2048, True), ("interval", 2048, True), ("never", 2048, False),
+                          ("always", 0, False), ("always", 1 << 20, False)])
+async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: str,
+                                                       writeback_bytes: int, sliced: bool) -> None:
+    """Of a group larger than store.writeback_bytes, each whole slice is handed to writeback as it is
+    written, and the last is left to the fdatasync; the bytes are the same either way."""
+    import logport.store.segment as segment_module
+    from logport.store.files import start_writeback
+
+    started: list[tuple[int, int]] = []
+
+    def recording(fd: int, offset: int, length: int) -> None:
+        started.append((offset, length))
+        start_writeback(fd, offset, length)
+
+    monkeypatch.setattr(segment_module, "start_writeback", recording)
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), fsync=fsync,  # type: ignore[arg-type]
+                                                writeback_bytes=writeback_bytes))
+    await store.create("s")
+    bodies = [bytes([i]) * 1000 for i in range(10)]
+    await asyncio.gather(*(store.append("s", [b]) for b in bodies))  # one group of 10 frames, 10,080 bytes
+    if sliced:
+        assert started == [(0, 3024), (3024, 3024), (6048, 3024)]  # three frames each; the last slice is not
+    else:
+        assert started == []
+    assert [b for _, b in await read_all(store, "s")] == bodies
+    await store.close()
+
+
+def test_start_writeback_names_the_error() -> None:
+    from logport.store.files import start_writeback
+
+    r, w = os.pipe()
+    os.close(r)
+    os.close(w)
+    with pytest.raises(OSError, match="sync_file_range: Bad file descriptor"):
+        start_writeback(w, 0, 4096)
+
+
+async def test_a_writeback_error_fails_its_group_and_leaves_nothing_behind(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import logport.store.segment as segment_module
+    from logport.errors import StoreWriteFailed
+
+    config = StoreConfig(data_dir=str(tmp_path), writeback_bytes=1024)
+    store = await SegmentStore.open(config)
+    await store.create("s")
+    await store.append("s", [b"a" * 3000])
+
+    def broken(fd: int, offset: int, length: int) -> None:
+        raise OSError(5, "sync_file_range: Input/output error")
+
+    monkeypatch.setattr(segment_module, "start_writeback", broken)
+    with pytest.raises(StoreWriteFailed, match="Input/output error"):
+        await store.append("s", [b"b" * 3000], writer=WriterCondition(b"w", end=1))
+    monkeypatch.undo()
+    assert not (await store.append("s", [b"b" * 3000], writer=WriterCondition(b"w", end=1))).duplicate
+    await store.close()
+    store = await SegmentStore.open(config)
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"b"]
+    await store.close()
