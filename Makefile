@@ -1,5 +1,5 @@
 # The two commands: `make run` (the hub with its embedded store in ./data) and `make test`.
-# Both set up everything from nothing: the venv, the package with its dev extras,
+# Both set up everything from nothing: the venv, the package with its dev extras (and its C extension),
 # the Node test peers (from package-lock.json) and a Java runtime for Spark.
 
 PYTHON ?= python3
@@ -26,10 +26,14 @@ lint: $(STAMP)
 bench: setup
 	$(BIN)/logport bench
 
-# a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs
-$(STAMP): pyproject.toml
+# a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs, and
+# perhaps without a C compiler and Python's headers, which the PackedForward scan's C pass needs (setup.py)
+$(STAMP): pyproject.toml setup.py src/logport/protocols/_forward_scan.c
 	@[ -x $(BIN)/python ] || { $(PYTHON) -c 'import ensurepip' 2>/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }; $(PYTHON) -m venv $(VENV); }
+	@command -v cc >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gcc; }
+	@$(BIN)/python -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+		2>/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-dev; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
