@@ -173,6 +173,20 @@ async def test_writer_state_survives_reopen_and_rolls(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_a_chunk_started_inside_a_group_has_the_groups_earlier_writers(tmp_path: Path) -> None:
+    """Recovery reads the writer state from the last chunk alone: the table a chunk starts with must hold
+    what the appends before it in the same group wrote, or their retries would be stored twice."""
+    cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=1024, max_frame_size=512)
+    store = await SegmentStore.open(cfg)
+    await asyncio.gather(*(store.append("s", [b"e" * 300], writer=WriterCondition(b"w%d" % i, end=i + 1))
+                           for i in range(8)))  # one group, rolling two or three times
+    assert len(list_chunk_bases(tmp_path / "segments" / "s")) >= 3
+    await store.close()
+    store = await SegmentStore.open(cfg)
+    assert [store.writer_offset("s", b"w%d" % i) for i in range(8)] == [i + 1 for i in range(8)]
+    await store.close()
+
+
 async def test_writer_state_limit_keeps_the_most_recent(tmp_path: Path) -> None:
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), writer_state_limit=3))
     for i in range(5):

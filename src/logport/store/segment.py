@@ -317,7 +317,7 @@ class Segment:
         offsets: list[int] = []
         parts: list[Buffer] = []
         pos = self._write_pos
-        writers = dict(self.writers)
+        claimed: dict[bytes, int] = {}  # this group's writers so far: with self.writers, a new chunk's table
         try:
             for p in accepted:
                 record = b""
@@ -331,11 +331,11 @@ class Segment:
                     parts = []
                     self._sync_active()
                     created.append(pos)  # before pos moves past the new chunk's head: _undo deletes it
-                    pos += self._roll(pos, self._pruned(writers))
+                    pos += self._roll(pos, self._pruned({**self.writers, **claimed}))
                 if record:
                     parts.append(record)
                 if p.writer is not None:
-                    writers[p.writer.key] = p.writer.end
+                    claimed[p.writer.key] = p.writer.end
                 offsets.append(pos + len(record))
                 parts.extend(p.parts)
                 pos += n
