@@ -9,7 +9,7 @@ Forward v1.5 `[[time, meta], record]` entries.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +95,17 @@ def encode_batch(tag: str, entries: bytes | Iterable[tuple[int, int, Any]], opti
     """The stored body. `entries` is already-packed bytes (stored as they are) or triples to pack."""
     if not isinstance(entries, bytes | bytearray | memoryview):
         entries = pack_entries(entries)
-    return _packer.pack([tag, bytes(entries), option])
+    return encode_batch_pieces(tag, [entries], option)
+
+
+def encode_batch_pieces(tag: str, pieces: Sequence[bytes | bytearray | memoryview], option: dict[str, Any]) -> bytes:
+    """The stored body `[tag, entries, option]`, the entries given as packed pieces in order. One join
+    copies them once; msgpack's packer would copy them twice (into its buffer, then out of it), a
+    measurable share of a 180 KB Forward chunk's time."""
+    size = sum(len(p) for p in pieces)
+    bin_type, width = (0xC4, 1) if size < 0x100 else (0xC5, 2) if size < 0x10000 else (0xC6, 4)  # bin 8/16/32
+    head = b"\x93" + _packer.pack(tag) + bytes((bin_type,)) + size.to_bytes(width, "big")
+    return b"".join((head, *pieces, _packer.pack(option)))
 
 
 def ext_hook(code: int, data: bytes) -> Any:

@@ -12,6 +12,7 @@ from logport.batch import (
     Entry,
     decode_batch,
     encode_batch,
+    encode_batch_pieces,
     event_time,
     iter_entries,
     pack_entries,
@@ -104,3 +105,14 @@ def test_the_fast_entry_packing_is_msgpacks_own(seconds: int, nanos: int) -> Non
     expected = msgpack.packb([event_time(seconds, nanos), record], use_bin_type=True)
     assert pack_entry(seconds, nanos, record) == expected
     assert pack_entries([(seconds, nanos, record)] * 2) == expected * 2
+
+
+@given(st.text(max_size=20), st.lists(st.binary(max_size=60), max_size=4), st.sampled_from([0, 255, 256, 65535, 65536]),
+       st.dictionaries(st.text(max_size=5), st.one_of(st.integers(-2**63, 2**64 - 1), st.text(max_size=5))))
+def test_pieces_are_stored_as_msgpack_packs_the_joined_entries(tag: str, pieces: list[bytes], total: int,
+                                                               option: dict[str, object]) -> None:
+    """Every bin width (8, 16 and 32 bit lengths), at its edges, against msgpack's own packing."""
+    pieces = [*pieces, b"x" * max(0, total - sum(map(len, pieces)))]
+    expected = msgpack.packb([tag, b"".join(pieces), option], use_bin_type=True)
+    assert encode_batch_pieces(tag, pieces, option) == expected
+    assert encode_batch_pieces(tag, [memoryview(p) for p in pieces], option) == expected

@@ -22,7 +22,7 @@ import orjson
 import ormsgpack
 from prometheus_client import Counter, Gauge
 
-from logport.batch import ENTRY_HEAD, MAX_NESTING_DEPTH, encode_batch
+from logport.batch import ENTRY_HEAD, MAX_NESTING_DEPTH, encode_batch_pieces
 from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LogportError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA
@@ -174,7 +174,7 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
             option: dict[str, Any] = {"size": count, "source": SOURCE, "peer": peer}
             if run_meta is not None:
                 option["@metadata"] = run_meta
-            out.append((run_tag, encode_batch(run_tag, b"".join(parts), option), count))
+            out.append((run_tag, encode_batch_pieces(run_tag, parts, option), count))
 
     for seq, item in events:
         # a J frame's JSON is decoded here, right before it is packed, so the dicts die young
