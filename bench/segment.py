@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mib-large", type=int, default=128, help="MiB appended per case for 64 KiB events")
     p.add_argument("--block-size", type=int, default=1 * MiB, help="append block size of the clients")
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    p.add_argument("--writeback-bytes", type=int, default=None,
+                   help="store.writeback_bytes on both sides (default: the config's; 0: off)")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each case, store and segment alternating; the median of each is shown")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
@@ -110,14 +112,23 @@ async def run_client(spec: dict[str, Any]) -> dict[str, Any]:
 # --- the server side ---
 
 
-def hub_config(data_dir: Path, fsync: str) -> Any:
-    from logport.config import Config, StoreConfig
+def store_config(data_dir: Path, args: argparse.Namespace) -> Any:
+    from logport.config import StoreConfig
+
+    config = StoreConfig(data_dir=str(data_dir), fsync=args.fsync)
+    if args.writeback_bytes is not None:
+        config.writeback_bytes = args.writeback_bytes
+    return config
+
+
+def hub_config(data_dir: Path, args: argparse.Namespace) -> Any:
+    from logport.config import Config
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.conftest import free_port
 
     config = Config()
-    config.store = StoreConfig(data_dir=str(data_dir), fsync=fsync)  # type: ignore[arg-type]
+    config.store = store_config(data_dir, args)
     config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
     config.metrics.enabled = False
     config.segment.port = free_port()
@@ -130,7 +141,7 @@ async def segment_case(work: Path, args: argparse.Namespace, size: int, appender
 
     data = work / "segment"
     shutil.rmtree(data, ignore_errors=True)
-    config = hub_config(data, args.fsync)
+    config = hub_config(data, args)
     hub = Hub(config, serve_metrics=False)
     await hub.start()
     port = config.segment.port
@@ -164,12 +175,11 @@ def direct_read(data_dir: Path) -> int:
 
 
 async def store_case(work: Path, args: argparse.Namespace, size: int, writers: int, total: int) -> dict[str, Any]:
-    from logport.config import StoreConfig
     from logport.store import SegmentStore
 
     root = work / "store"
     shutil.rmtree(root, ignore_errors=True)
-    store = await SegmentStore.open(StoreConfig(data_dir=str(root), fsync=args.fsync))
+    store = await SegmentStore.open(store_config(root, args))
     await store.create(SEGMENT)
     body = os.urandom(size)
     per = max(1, total // size // writers)
