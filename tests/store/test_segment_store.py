@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -635,3 +637,118 @@ async def test_a_writeback_error_fails_its_group_and_leaves_nothing_behind(tmp_p
     store = await SegmentStore.open(config)
     assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"b"]
     await store.close()
+
+
+# --- the writer thread: groups staged while it writes, in order, and failing together ---
+
+
+def gated_write(monkeypatch: pytest.MonkeyPatch, fail_first: bool = False,
+                writers_seen: list[dict[bytes, int]] | None = None) -> tuple[threading.Event, list[int]]:
+    """Hold the writer thread's first write until the gate opens (then fail it, if asked); count
+    the appends each write carries, and keep the writer state each write starts from."""
+    from logport.store.segment import Segment
+
+    gate = threading.Event()
+    sizes: list[int] = []
+    real = Segment._write_sync
+
+    def write(self: Segment, accepted: list) -> list[int]:  # type: ignore[type-arg]
+        sizes.append(len(accepted))
+        if writers_seen is not None:
+            writers_seen.append(dict(self.writers))
+        if len(sizes) == 1:
+            assert gate.wait(10)
+            if fail_first:
+                raise OSError(5, "Input/output error")
+        return real(self, accepted)
+
+    monkeypatch.setattr(Segment, "_write_sync", write)
+    return gate, sizes
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_groups_staged_while_the_thread_writes_go_in_its_next_commit(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer thread goes on to what was staged meanwhile without waiting for the event loop:
+    two groups staged behind a slow write are written together, in the same job, starting from the
+    writer state the first one left (a chunk rolled there gets it in its table; see the reopen)."""
+    from logport.store.segment import Segment
+
+    config = StoreConfig(data_dir=str(tmp_path), chunk_size=2048, max_frame_size=2000)
+    store = await SegmentStore.open(config)
+    await store.create("s")
+    await store.append("s", [b"x" * 1990])  # the second write starts a chunk, before "c"
+    jobs: list[int] = []
+    real_job = Segment._write_staged
+    monkeypatch.setattr(Segment, "_write_staged", lambda self, loop: (jobs.append(1), real_job(self, loop))[1])
+    seen: list[dict[bytes, int]] = []
+    gate, sizes = gated_write(monkeypatch, writers_seen=seen)
+    first = asyncio.create_task(store.append("s", [b"a"], writer=WriterCondition(b"v", end=1)))
+    await until(lambda: sizes == [1])
+    second = asyncio.create_task(store.append("s", [b"b"]))
+    await asyncio.sleep(0.01)  # its own group
+    third = asyncio.create_task(store.append("s", [b"c"], writer=WriterCondition(b"w", end=1)))
+    await asyncio.sleep(0.01)
+    gate.set()
+    results = await asyncio.gather(first, second, third)
+    assert sizes == [1, 2] and len(jobs) == 1
+    assert seen == [{}, {b"v": 1}]
+    assert [r.offset for r in results] == sorted(r.offset for r in results)
+    assert [b for _, b in await read_all(store, "s")][1:] == [b"a", b"b", b"c"]
+    await store.close()
+    store = await SegmentStore.open(config)  # recovery reads the writers from the last chunk
+    assert len(list_chunk_bases(tmp_path / "segments" / "s")) == 2
+    assert (store.writer_offset("s", b"v"), store.writer_offset("s", b"w")) == (1, 1)
+    await store.close()
+
+
+async def test_a_failed_write_fails_the_groups_staged_behind_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group checked against a claim still on its way (here: a writer's next append, start=1) must not
+    be written once that claim failed: it fails with it, and the writer starts again from 0."""
+    from logport.errors import StoreWriteFailed
+
+    config = StoreConfig(data_dir=str(tmp_path))
+    store = await SegmentStore.open(config)
+    await store.create("s")
+    gate, sizes = gated_write(monkeypatch, fail_first=True)
+    first = asyncio.create_task(store.append("s", [b"one"], writer=WriterCondition(b"w", end=1, start=0)))
+    await until(lambda: sizes == [1])
+    behind = asyncio.create_task(store.append("s", [b"two"], writer=WriterCondition(b"w", end=2, start=1)))
+    retry = asyncio.create_task(store.append("s", [b"one"], writer=WriterCondition(b"w", end=1)))
+    await asyncio.sleep(0.01)
+    gate.set()
+    for task in (first, behind, retry):
+        with pytest.raises(StoreWriteFailed):
+            await task
+    assert sizes == [1]  # the group behind was never written
+    with pytest.raises(WriterOffsetMismatch):  # the claim of 1 is gone with its group
+        await store.append("s", [b"two"], writer=WriterCondition(b"w", end=2, start=1))
+    assert not (await store.append("s", [b"one"], writer=WriterCondition(b"w", end=1, start=0))).duplicate
+    assert not (await store.append("s", [b"two"], writer=WriterCondition(b"w", end=2, start=1))).duplicate
+    await store.close()
+    store = await SegmentStore.open(config)
+    assert [b for _, b in await read_all(store, "s")] == [b"one", b"two"]
+    assert store.writer_offset("s", b"w") == 2
+    await store.close()
+
+
+async def test_close_waits_for_the_writer_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+    gate, sizes = gated_write(monkeypatch)
+    append = asyncio.create_task(store.append("s", [b"a"]))
+    await until(lambda: sizes == [1])
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    gate.set()
+    await closing
+    assert (await append).end_offset == 9

@@ -6,9 +6,10 @@ import asyncio
 import collections
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from logport.config import StoreConfig
@@ -97,6 +98,16 @@ class _Pending:
         self.multi = multi  # several frames: needs a record that makes it all-or-nothing
 
 
+@dataclass(slots=True)
+class _Group:
+    """Appends taken from the queue together: `accepted` are written as one group commit."""
+
+    batch: list[_Pending]  # everything taken, answered now or with the group
+    accepted: list[_Pending] = field(default_factory=list)
+    retries: list[_Pending] = field(default_factory=list)  # repeat an append still on its way
+    claimed: dict[bytes, int] = field(default_factory=dict)  # writer offsets the group stores
+
+
 def _resolve(p: _Pending, result: AppendResult) -> None:
     if not p.future.done():  # a cancelled appender's future is done already
         p.future.set_result(result)
@@ -122,6 +133,7 @@ class Segment:
         self._on_fsync = on_fsync
         self.state = SegmentState()
         self.reader = ChunkReader(seg_dir) if seg_dir.exists() else None
+        # writer offsets as far as written (fsync'd under fsync=always): set by the writer thread, read here
         self.writers: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self.end = 0  # readers see [start_offset, end): written, and fsync'd under fsync=always
         self._write_pos = 0  # where the next write goes (== end between commits)
@@ -137,6 +149,12 @@ class Segment:
         self._task: asyncio.Task[None] | None = None
         self._fsync_task: asyncio.Task[None] | None = None
         self._dirty = False
+        self._lock = threading.Lock()  # the staged groups and the two flags below, shared with the writer thread
+        self._staged: list[_Group] = []
+        self._writing = False  # a writer-thread job is running
+        self._poisoned = False  # a group failed in the writer thread and the loop has not heard yet
+        self._job: asyncio.Future[None] | None = None
+        self._ahead: dict[bytes, int] = {}  # writer offsets claimed by groups staged or being written
         self._closing = False
         self._sealing = False
 
@@ -241,32 +259,40 @@ class Segment:
                 self._enqueue(pending)
 
     async def _commit_loop(self) -> None:
+        """Take what is queued, check it, and stage it for the writer thread as one group.
+
+        The writer thread (`_write_staged`) writes and syncs everything staged since its last
+        commit, then goes straight on to what was staged meanwhile: the disk does not wait for
+        this loop between commits (it took a third of a Forward commit cycle). Results come back
+        in commit order through `_written` and `_failed`.
+        """
+        loop = asyncio.get_running_loop()
         while True:
             if not self._queue:
-                if self._closing:
-                    return
+                if self._closing and not self._writing and not self.pending_bytes:
+                    return  # every staged group answered: its callback ran before the job's last wake
                 self._wake.clear()  # checked empty first, so a wake set by append or close is never lost
                 await self._wake.wait()
                 continue
             batch, self._queue = self._queue, []
             try:
-                await self._commit(batch)
+                group = self._prepare(batch)
             except Exception as e:  # a bug, not an I/O error: fail this batch, keep serving the next
                 log.exception("commit to segment %r failed", self.name)
                 _fail(batch, StoreWriteFailed(f"writing to segment {self.name!r} failed: {e!r}; "
                                               f"nothing was acknowledged"))
-            self.pending_bytes -= sum(p.size for p in batch)
-            self._release_waiters()
-            self._space.set()
-            # one turn of the loop before the next group: the appenders just acknowledged (and the
-            # waiters just let in) join it instead of waiting a whole fsync for the one after
-            await asyncio.sleep(0)
+                self._done(batch)
+                continue
+            if group.accepted or group.retries:
+                self._stage(group, loop)
+            else:
+                self._done(batch)
 
-    async def _commit(self, batch: list[_Pending]) -> None:
-        """Write one group: check writer conditions, write the rest, then resolve every append."""
-        accepted: list[_Pending] = []
-        retries: list[_Pending] = []  # repeat an append earlier in this same group: their fate is its fate
-        claimed: dict[bytes, int] = {}
+    def _prepare(self, batch: list[_Pending]) -> _Group:
+        """Check writer conditions against the stored offsets and the claims of groups not yet
+        written: duplicates are answered now, the rest make the group."""
+        group = _Group(batch)
+        claimed = group.claimed
         for p in batch:
             w = p.writer
             if w is not None:
@@ -274,35 +300,96 @@ class Segment:
                 if w.end <= stored:  # stored already, whatever this group does
                     _resolve(p, AppendResult(self.end, self.end, True, stored))
                     continue
-                current = claimed.get(w.key, stored)
-                if w.end <= current:
-                    retries.append(p)
+                current = claimed[w.key] if w.key in claimed else self._ahead.get(w.key, stored)
+                if w.end <= current:  # repeats an append still on its way: its fate is that one's
+                    group.retries.append(p)
                     continue
                 if w.start is not None and w.start != current:
                     _fail([p], WriterOffsetMismatch(self.name, w.key, current, w.start))
                     continue
                 claimed[w.key] = w.end
-            accepted.append(p)
-        if not accepted:
-            return
-        try:
-            offsets = await asyncio.get_running_loop().run_in_executor(None, self._write_sync, accepted)
-        except OSError as e:
-            _fail(accepted + retries,
-                  StoreWriteFailed(f"writing to segment {self.name!r} failed: {e}; nothing was acknowledged"))
-            return
-        for key, value in claimed.items():
-            self._set_writer(key, value)
-        self.end = self._write_pos
-        for p, offset in zip(accepted, offsets, strict=True):
-            _resolve(p, AppendResult(offset, self.end, False, p.writer.end if p.writer else None))
-        for p in retries:
-            assert p.writer is not None
-            _resolve(p, AppendResult(self.end, self.end, True, claimed[p.writer.key]))
+            group.accepted.append(p)
+        self._ahead.update(claimed)
+        return group
+
+    def _stage(self, group: _Group, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            refused = self._poisoned
+            if not refused:
+                self._staged.append(group)
+                start = not self._writing
+                self._writing = True
+        if refused:  # checked against claims of a group that failed: the loop has not heard yet
+            self._fail_groups([group], StoreWriteFailed(
+                f"writing to segment {self.name!r} failed just before; nothing was acknowledged"))
+        elif start:
+            self._job = loop.run_in_executor(None, self._write_staged, loop)
+
+    def _write_staged(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In a worker thread: commit what is staged, group after group, until nothing is."""
+        while True:
+            with self._lock:
+                groups, self._staged = self._staged, []
+                if not groups:
+                    self._writing = False
+                    break
+            try:
+                offsets = self._write_sync([p for g in groups for p in g.accepted])
+            except BaseException as e:  # an I/O error, or a bug: these and every group staged after fail
+                with self._lock:
+                    self._poisoned = True
+                    groups += self._staged
+                    self._staged = []
+                    self._writing = False
+                loop.call_soon_threadsafe(self._failed, groups, e)
+                break
+            for group in groups:  # here, not in _written: the next group's chunk roll needs them
+                for key, value in group.claimed.items():
+                    self._set_writer(key, value)
+            loop.call_soon_threadsafe(self._written, groups, offsets, self._write_pos)
+        loop.call_soon_threadsafe(self._wake.set)  # close() waits for this job
+
+    def _written(self, groups: list[_Group], offsets: list[int], end: int) -> None:
+        self.end = end
+        offset = iter(offsets)
+        for group in groups:
+            for key, value in group.claimed.items():
+                if self._ahead.get(key) == value:
+                    del self._ahead[key]
+            for p in group.accepted:
+                _resolve(p, AppendResult(next(offset), end, False, p.writer.end if p.writer else None))
+            for p in group.retries:
+                assert p.writer is not None
+                _resolve(p, AppendResult(end, end, True, self.writers.get(p.writer.key, 0)))
+            self._done(group.batch)
         self._tail.set()
         self._tail = asyncio.Event()
         if self._on_commit is not None:
+            accepted = [p for g in groups for p in g.accepted]
             self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
+
+    def _failed(self, groups: list[_Group], error: BaseException) -> None:
+        if isinstance(error, OSError):
+            failure = StoreWriteFailed(f"writing to segment {self.name!r} failed: {error}; nothing was acknowledged")
+        else:
+            log.error("commit to segment %r failed", self.name, exc_info=error)
+            failure = StoreWriteFailed(f"writing to segment {self.name!r} failed: {error!r}; "
+                                       f"nothing was acknowledged")
+        self._fail_groups(groups, failure)
+        self._ahead.clear()  # every group that claimed anything has failed, here or in _stage
+        with self._lock:
+            self._poisoned = False
+
+    def _fail_groups(self, groups: list[_Group], failure: StoreWriteFailed) -> None:
+        for group in groups:
+            _fail(group.accepted + group.retries, failure)
+            self._done(group.batch)
+
+    def _done(self, batch: list[_Pending]) -> None:
+        """The batch's appends are answered: their bytes no longer count against max_pending_bytes."""
+        self.pending_bytes -= sum(p.size for p in batch)
+        self._release_waiters()
+        self._space.set()
 
     def _set_writer(self, key: bytes, value: int) -> None:
         self.writers[key] = value
