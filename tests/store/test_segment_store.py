@@ -346,6 +346,37 @@ async def test_fsync_interval_acknowledges_after_write_and_syncs_later(tmp_path:
     await store.close()
 
 
+async def test_fsync_interval_syncs_while_chunks_roll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interval fdatasync runs in a thread of its own while the writer thread rolls chunks and
+    closes the descriptors it replaces: it syncs a duplicate taken under the roll's lock, so it
+    never meets a closed descriptor (an error it would swallow, to retry at the next interval)."""
+    errors: list[OSError] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        try:
+            real(fd)
+        except OSError as e:
+            errors.append(e)
+            raise
+
+    config = StoreConfig(data_dir=str(tmp_path), fsync="interval", fsync_interval=0.001, chunk_size=4096,
+                         max_frame_size=1024)
+    store = await SegmentStore.open(config)
+    await store.create("s")
+    monkeypatch.setattr(os, "fdatasync", recording)
+    for i in range(300):
+        await store.append("s", [bytes([i % 256]) * 1000])
+        if i % 20 == 0:
+            await asyncio.sleep(0.002)  # let the interval sync run between rolls
+    await store.close()
+    assert errors == []
+    assert store.metrics.fsyncs._value.get() > 15 and len(list_chunk_bases(tmp_path / "segments" / "s")) > 50
+    store = await SegmentStore.open(config)
+    assert [b[0] for _, b in await read_all(store, "s")] == [i % 256 for i in range(300)]
+    await store.close()
+
+
 async def test_fsync_never_leaves_it_to_the_os(tmp_path: Path) -> None:
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), fsync="never"))
     for _ in range(10):

@@ -149,11 +149,10 @@ class Segment:
         self._task: asyncio.Task[None] | None = None
         self._fsync_task: asyncio.Task[None] | None = None
         self._dirty = False
-        self._lock = threading.Lock()  # the staged groups and the two flags below, shared with the writer thread
+        self._lock = threading.Lock()  # the staged groups, the two flags below and _fd, shared with threads
         self._staged: list[_Group] = []
         self._writing = False  # a writer-thread job is running
         self._poisoned = False  # a group failed in the writer thread and the loop has not heard yet
-        self._job: asyncio.Future[None] | None = None
         self._ahead: dict[bytes, int] = {}  # writer offsets claimed by groups staged or being written
         self._closing = False
         self._sealing = False
@@ -323,7 +322,7 @@ class Segment:
             self._fail_groups([group], StoreWriteFailed(
                 f"writing to segment {self.name!r} failed just before; nothing was acknowledged"))
         elif start:
-            self._job = loop.run_in_executor(None, self._write_staged, loop)
+            loop.run_in_executor(None, self._write_staged, loop)
 
     def _write_staged(self, loop: asyncio.AbstractEventLoop) -> None:
         """In a worker thread: commit what is staged, group after group, until nothing is."""
@@ -477,16 +476,35 @@ class Segment:
                 rest = rest[n:]
 
     def _sync_active(self) -> None:
+        self._fdatasync(self._fd)
+
+    def _sync_interval(self) -> None:
+        """fsync=interval, in a worker thread: through a duplicate of the active chunk's descriptor,
+        which the writer thread may replace (and close) meanwhile when it rolls."""
+        with self._lock:
+            fd = os.dup(self._fd)
+        try:
+            self._fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def _fdatasync(self, fd: int) -> None:
         t0 = time.perf_counter()
-        os.fdatasync(self._fd)
+        os.fdatasync(fd)
         if self._on_fsync is not None:
             self._on_fsync(time.perf_counter() - t0)
+
+    def _open_active(self, base: int) -> None:
+        """Write to the chunk at `base` from now on (under the lock: see _sync_interval)."""
+        fd = os.open(chunk_path(self.dir, base), os.O_WRONLY)
+        with self._lock:
+            old, self._fd = self._fd, fd
+        os.close(old)
 
     def _roll(self, base: int, writers: dict[bytes, int]) -> int:
         """Start a new chunk at `base`; returns the size of its writer-table head."""
         head = self._create_chunk_file(base, writers)
-        os.close(self._fd)
-        self._fd = os.open(chunk_path(self.dir, base), os.O_WRONLY)
+        self._open_active(base)
         self._base = base
         self._write_pos = base + head
         assert self.reader is not None
@@ -497,12 +515,11 @@ class Segment:
         """Put the files back as they were before a failed commit (best effort; reads stop at `end`)."""
         try:
             if created:
-                os.close(self._fd)
                 for base in created:
                     chunk_path(self.dir, base).unlink(missing_ok=True)
                 assert self.reader is not None
                 self.reader.bases = [b for b in self.reader.bases if b not in created]
-                self._fd = os.open(chunk_path(self.dir, start_base), os.O_WRONLY)
+                self._open_active(start_base)
             os.ftruncate(self._fd, start_pos - start_base)
         except OSError:
             pass
@@ -515,7 +532,7 @@ class Segment:
             if self._dirty:
                 self._dirty = False
                 try:
-                    await loop.run_in_executor(None, self._sync_active)
+                    await loop.run_in_executor(None, self._sync_interval)
                 except OSError:
                     self._dirty = True
 
