@@ -445,7 +445,7 @@ class Segment:
         """pwritev the buffers at the write position, IOV_MAX at a time. Of a group larger than
         `writeback_bytes`, each slice of about that size goes to the disk (start_writeback) while the
         next is copied, so the fdatasync after waits for the last slice, not for all of it: a 16 MiB
-        group plain gave 450-900 MB/s on this machine's disk, sliced at 1 MiB 1,560-1,710."""
+        group plain gave 446-900 MB/s on this machine's disk, sliced at 1 MiB 1,564-1,712."""
         at = self._write_pos - self._base
         slice_bytes = self.config.writeback_bytes if self.config.fsync != "never" else 0
         if pos - self._write_pos <= slice_bytes:
