@@ -299,10 +299,8 @@ class ForwardConnection(asyncio.Protocol):
                 bodies = [encode_batch(tag, entries, {**option, "size": batch.size})]
             else:
                 bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
-            writer = None
             key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
-            if key is not None:
-                writer = WriterCondition(key=key, end=1)
+            writer = WriterCondition(key=key, end=1) if key is not None else None
             count, mode, nbytes = batch.size, batch.mode, len(entries)
             del batch, entries, pieces  # while the store works, hold one copy of the data, not three
             if count:

@@ -277,9 +277,7 @@ class Segment:
             try:
                 group = self._prepare(batch)
             except Exception as e:  # a bug, not an I/O error: fail this batch, keep serving the next
-                log.exception("commit to segment %r failed", self.name)
-                _fail(batch, StoreWriteFailed(f"writing to segment {self.name!r} failed: {e!r}; "
-                                              f"nothing was acknowledged"))
+                _fail(batch, self._write_failed(e))
                 self._done(batch)
                 continue
             if group.accepted or group.retries:
@@ -368,16 +366,17 @@ class Segment:
             self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
 
     def _failed(self, groups: list[_Group], error: BaseException) -> None:
-        if isinstance(error, OSError):
-            failure = StoreWriteFailed(f"writing to segment {self.name!r} failed: {error}; nothing was acknowledged")
-        else:
-            log.error("commit to segment %r failed", self.name, exc_info=error)
-            failure = StoreWriteFailed(f"writing to segment {self.name!r} failed: {error!r}; "
-                                       f"nothing was acknowledged")
-        self._fail_groups(groups, failure)
+        self._fail_groups(groups, self._write_failed(error))
         self._ahead.clear()  # every group that claimed anything has failed, here or in _stage
         with self._lock:
             self._poisoned = False
+
+    def _write_failed(self, error: BaseException) -> StoreWriteFailed:
+        """What the appenders of a failed commit hear; one that is not an I/O error is a bug, logged."""
+        if isinstance(error, OSError):
+            return StoreWriteFailed(f"writing to segment {self.name!r} failed: {error}; nothing was acknowledged")
+        log.error("commit to segment %r failed", self.name, exc_info=error)
+        return StoreWriteFailed(f"writing to segment {self.name!r} failed: {error!r}; nothing was acknowledged")
 
     def _fail_groups(self, groups: list[_Group], failure: StoreWriteFailed) -> None:
         for group in groups:
