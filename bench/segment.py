@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
 
 
+def distinct_bodies(size: int) -> list[bytes]:
+    """Events of `size` random bytes, different ones, 64 MiB of them (or one): what each append copies
+    comes from memory, as real events do. One body repeated (as before 2026-11-23 18:40) stayed in
+    the CPU's cache for the store case, which copied 1 KiB events at 1.2-1.5 GB/s that way, while
+    the listener necessarily copies what it received into fresh buffers."""
+    count = max(1, (64 * MiB) // size)
+    pool = os.urandom(size * count)
+    return [pool[i * size : (i + 1) * size] for i in range(count)]
+
+
+def batches(bodies: list[bytes], per: int, batch: int, writer: int, writers: int) -> Iterator[list[bytes]]:
+    """`per` events in lists of at most `batch`, taken round the pool of bodies, each writer from
+    its own place in it (not the bodies another writer has just copied)."""
+    at = writer * len(bodies) // writers
+    left = per
+    while left:
+        n = min(batch, left, len(bodies) - at)
+        yield bodies[at : at + n]
+        at = (at + n) % len(bodies)
+        left -= n
+
+
 # --- the client process ---
 
 
 async def load_append(port: int, size: int, appenders: int, total: int, block_size: int) -> dict[str, Any]:
     from logport.clients.segment import SegmentAppender
 
-    body = os.urandom(size)
+    bodies = distinct_bodies(size)
     per = max(1, total // size // appenders)
     batch = max(1, block_size // (size + 8))  # as the store case: one block's worth of events per call
     apps = [SegmentAppender("127.0.0.1", port, SEGMENT, block_size=block_size, linger=0.0005)
@@ -57,16 +80,13 @@ async def load_append(port: int, size: int, appenders: int, total: int, block_si
     for app in apps:
         await app.start()
 
-    async def one(app: SegmentAppender) -> None:
-        left = per
-        while left:
-            n = min(batch, left)
-            await app.append_many([body] * n)
-            left -= n
+    async def one(k: int, app: SegmentAppender) -> None:
+        for events in batches(bodies, per, batch, k, appenders):
+            await app.append_many(events)
         await app.flush()
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(a) for a in apps))
+    await asyncio.gather(*(one(k, a) for k, a in enumerate(apps)))
     elapsed = time.perf_counter() - t0
     for app in apps:
         await app.close()
@@ -181,19 +201,16 @@ async def store_case(work: Path, args: argparse.Namespace, size: int, writers: i
     shutil.rmtree(root, ignore_errors=True)
     store = await SegmentStore.open(store_config(root, args))
     await store.create(SEGMENT)
-    body = os.urandom(size)
+    bodies = distinct_bodies(size)
     per = max(1, total // size // writers)
     batch = max(1, args.block_size // (size + 8))
 
-    async def one() -> None:
-        left = per
-        while left:
-            n = min(batch, left)
-            await store.append(SEGMENT, [body] * n)
-            left -= n
+    async def one(k: int) -> None:
+        for events in batches(bodies, per, batch, k, writers):
+            await store.append(SEGMENT, events)
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(writers)))
+    await asyncio.gather(*(one(k) for k in range(writers)))
     elapsed = time.perf_counter() - t0
     await store.close()
     shutil.rmtree(root, ignore_errors=True)
