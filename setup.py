@@ -1,9 +1,13 @@
-"""The one C extension, PackedForward's entry scan; the rest of the metadata is in pyproject.toml.
+"""The C extensions, the per-event loops of two wire protocols; the rest of the metadata is in
+pyproject.toml: PackedForward's entry scan, the segment protocol's event walk and framing.
 
-It is optional: without a C compiler logport installs all the same and scans in Python (slower).
+They are optional: without a C compiler logport installs all the same and runs those loops in
+Python (slower).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("logport.protocols._forward_scan", ["src/logport/protocols/_forward_scan.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(ext_modules=[
+    Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"])
+    for name in ("_forward_scan", "_segment_scan")
+])

@@ -398,15 +398,7 @@ class SegmentAppender:
             self._acked.clear()
             await self._acked.wait()
         self._check()
-        pack = frames.HEADER.pack
-        pending = self._pending
-        added = 0
-        for body in bodies:
-            if type(body) is not bytes:
-                body = bytes(body)  # kept until acknowledged: it must not change meanwhile
-            pending.append(pack(0, len(body)))
-            pending.append(body)
-            added += 8 + len(body)
+        added = sp.frame_events(self._pending, bodies)  # a header for each body; the bodies as they are
         self._pending_size += added
         self._unacked_bytes += added
         if self._pending_size >= self.block_size:

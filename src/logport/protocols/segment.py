@@ -486,12 +486,65 @@ def _check_values(message: Message) -> None:
 
 def event_messages(bodies: list[bytes] | tuple[bytes, ...]) -> bytes:
     """Event messages back to back: exactly the frames the store keeps."""
+    pending: list[bytes] = []
+    frame_events(pending, bodies)
+    return b"".join(pending)
+
+
+def frame_events_in_python(pending: list[bytes], bodies: list[bytes] | tuple[bytes, ...]) -> int:
+    """Append each body's Event header and the body (as bytes: they are kept, so they must not change)
+    to `pending`; returns the bytes added. On an error (a body that is not a buffer), none are."""
     pack = HEADER.pack
-    parts: list[bytes] = []
-    for body in bodies:
-        parts.append(pack(_EVENT_TYPE, len(body)))
-        parts.append(body)
-    return b"".join(parts)
+    added = 0
+    before = len(pending)
+    try:
+        for body in bodies:
+            if type(body) is not bytes:
+                body = bytes(body)
+            pending.append(pack(_EVENT_TYPE, len(body)))
+            pending.append(body)
+            added += HEADER_SIZE + len(body)
+    except BaseException:
+        del pending[before:]
+        raise
+    return added
+
+
+def walk_events_in_python(data: bytes | bytearray | memoryview, start: int, avail: int, remaining: int,
+                          max_event: int) -> tuple[int, int, int]:
+    """The whole Event messages at `data[start:start + avail]` that fit in the `remaining` bytes of
+    their block: (bytes taken, events, stop). `stop` is 0, or WALK_TOO_LARGE / WALK_CROSSES for the
+    Event at `start + taken`. It stops at anything else (a PartialMessage, an incomplete event)."""
+    pos = 0
+    unpack = HEADER.unpack_from
+    events = 0
+    while remaining and pos + HEADER_SIZE <= avail:
+        type_code, length = unpack(data, start + pos)
+        if type_code != _EVENT_TYPE:
+            break
+        if length > max_event:
+            return pos, events, WALK_TOO_LARGE
+        size = HEADER_SIZE + length
+        if size > remaining:
+            return pos, events, WALK_CROSSES
+        if pos + size > avail:
+            break
+        pos += size
+        remaining -= size
+        events += 1
+    return pos, events, 0
+
+
+WALK_TOO_LARGE: Final = 1
+WALK_CROSSES: Final = 2
+
+# The same two loops in C (setup.py builds it; it is optional): for 1 KiB events, 435 us per MiB
+# walked in Python and 342 us framed (the client's per-event loop), against a few us in C.
+try:
+    from logport.protocols._segment_scan import frame_events, walk_events
+except ImportError:  # built without a C compiler
+    frame_events = frame_events_in_python
+    walk_events = walk_events_in_python
 
 
 def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes, *, split_at: int | None = None,
@@ -750,27 +803,14 @@ class Connection:
         Stops at anything else (a PartialMessage, an incomplete event) for the slow path to look at.
         `in_place`: they are in the block's own buffer already, only check them.
         """
-        pos = 0
-        unpack = HEADER.unpack_from
-        max_event = self.limits.max_event_size
         remaining = block.remaining
-        events = 0
-        while remaining and pos + HEADER_SIZE <= avail:
-            type_code, length = unpack(data, start + pos)
-            if type_code != _EVENT_TYPE:
-                break
-            if length > max_event:
-                raise LimitExceeded("event", length, "max_event_size", max_event)
-            size = HEADER_SIZE + length
-            if size > remaining:
-                raise SegmentProtocolError(
-                    f"Event of {size} bytes crosses the end of its block ({remaining} bytes left); use PartialMessage"
-                )
-            if pos + size > avail:
-                break
-            pos += size
-            remaining -= size
-            events += 1
+        pos, events, stop = walk_events(data, start, avail, remaining, self.limits.max_event_size)
+        if stop:
+            length = HEADER.unpack_from(data, start + pos)[1]
+            if stop == WALK_TOO_LARGE:
+                raise LimitExceeded("event", length, "max_event_size", self.limits.max_event_size)
+            raise SegmentProtocolError(f"Event of {HEADER_SIZE + length} bytes crosses the end of its block "
+                                       f"({remaining - pos} bytes left); use PartialMessage")
         if pos:
             if in_place:
                 block.filled += pos
@@ -779,7 +819,7 @@ class Connection:
             else:  # a buffer that will change: copy out
                 block.add(bytes(memoryview(data)[start : start + pos]))
             block.events += events
-            block.remaining = remaining
+            block.remaining = remaining = remaining - pos
             if remaining == 0:
                 self._move("last byte of the block")
         return pos
@@ -1008,6 +1048,6 @@ class Connection:
 
 __all__ = [
     "NEED_DATA", "AppendBlock", "Connection", "Limits", "Role", "SegmentProtocolError", "State",
-    "encode", "decode_body", "encode_block", "event_messages", "split_into_partials",
+    "encode", "decode_body", "encode_block", "event_messages", "frame_events", "split_into_partials",
     *(cls.__name__ for cls in MESSAGE_TYPES.values()),
 ]
