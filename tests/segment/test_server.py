@@ -123,6 +123,35 @@ async def test_setup_append_ack_and_exactly_once(hub: Hub) -> None:
     await peer.close()
 
 
+async def test_blocks_go_into_the_store_as_they_arrive_and_in_order(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once its writer is set up, a block is queued in the store by the transport callback that completed
+    it, not on its task's first turn of the loop (which comes late while the loop reads many sockets);
+    blocks that came before the setup was answered go through their tasks, and the order holds across
+    the two ways."""
+    from logport.servers.segment import SegmentServerProtocol
+
+    ways: list[bool] = []
+    real = SegmentServerProtocol._store_block
+
+    def recording(self, writer, block, before, queued):  # type: ignore[no-untyped-def]
+        ways.append(queued is not None)
+        return real(self, writer, block, before, queued)
+
+    monkeypatch.setattr(SegmentServerProtocol, "_store_block", recording)
+    a, b, c = (sp.event_messages([body]) for body in (b"a", b"bb", b"ccc"))
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "logs"), sp.encode_block(CID, 0, a), sp.encode_block(CID, len(a), b))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+    assert await peer.reply() == sp.DataAppended(CID, len(a))
+    assert await peer.reply() == sp.DataAppended(CID, len(a) + len(b))
+    await peer.send(sp.encode_block(CID, len(a) + len(b), c), sp.encode_block(CID, 0, a + b))  # and a resend
+    replies = {await peer.reply(), await peer.reply()}  # the resend is answered at once, as stored before
+    assert replies == {sp.DataAppended(CID, len(a) + len(b)), sp.DataAppended(CID, len(a) + len(b) + len(c))}
+    assert ways == [False, False, True, True]
+    assert events_of(hub, "logs") == [b"a", b"bb", b"ccc"]
+    await peer.close()
+
+
 async def test_ack_level_survives_a_restart(tmp_path: Path) -> None:
     config = hub_config(tmp_path)
     h = Hub(config, serve_metrics=False)
@@ -682,13 +711,16 @@ async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) ->
     await h.start()
     store = h.runtime.store  # type: ignore[union-attr]
     gate = asyncio.Event()
-    real_append = store.append_framed
+    real_submit = store.submit_framed
 
-    async def slow_append(*args, **kwargs):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await real_append(*args, **kwargs)
+    def slow_submit(*args, **kwargs):  # type: ignore[no-untyped-def]
+        async def later():  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await real_submit(*args, **kwargs)
 
-    store.append_framed = slow_append  # type: ignore[method-assign]
+        return asyncio.ensure_future(later())
+
+    store.submit_framed = slow_submit  # type: ignore[method-assign]
     try:
         peer = await Peer.open(port_of(h))
         await peer.send(sp.SetupAppend(CID, "logs"))
@@ -713,7 +745,7 @@ async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) ->
         assert events_of(h, "logs") == bodies
     finally:
         gate.set()
-        store.append_framed = real_append  # type: ignore[method-assign]
+        store.submit_framed = real_submit  # type: ignore[method-assign]
         await h.stop()
 
 

@@ -771,6 +771,40 @@ async def test_a_failed_write_fails_the_groups_staged_behind_it(tmp_path: Path,
     await store.close()
 
 
+async def test_appends_made_while_the_thread_writes_are_staged_at_once_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the writer thread is busy, an append is staged by the call that makes it (a segment-protocol
+    block from its transport callback), not on the commit loop's next turn; in the order of the calls,
+    each checked against the claims of those before it."""
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+    segment = store.segment("s")
+    gate, sizes = gated_write(monkeypatch)
+    first = store.submit_framed("s", frames.frame(b"one"), writer=WriterCondition(b"w", end=1, start=0))
+    await until(lambda: sizes == [1])
+    second = store.submit_framed("s", frames.frame(b"two"), writer=WriterCondition(b"w", end=2, start=1))
+    third = store.submit_framed("s", frames.frame(b"three"), writer=WriterCondition(b"w", end=3, start=2))
+    assert len(segment._staged) == 2 and not segment._queue  # staged by the calls themselves
+    gate.set()
+    results = await asyncio.gather(first, second, third)
+    assert [r.writer_offset for r in results] == [1, 2, 3] and sizes == [1, 2]
+    assert [b for _, b in await read_all(store, "s")] == [b"one", b"two", b"three"]
+    await store.close()
+
+
+async def test_appends_made_in_one_turn_while_the_thread_is_idle_make_one_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the writer thread idle, the commit loop's turn gathers what this turn of the event loop
+    appends (the store bench's writers, each acknowledged together, append again together)."""
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+    gate, sizes = gated_write(monkeypatch)
+    gate.set()
+    await asyncio.gather(*(store.append("s", [b"%d" % i]) for i in range(16)))
+    assert sizes == [16]
+    await store.close()
+
+
 async def test_close_waits_for_the_writer_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
     await store.create("s")

@@ -24,7 +24,7 @@ from logport.config import SegmentServerConfig
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
-from logport.store import SegmentStore, WriterCondition
+from logport.store import AppendResult, SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
 from logport.tls import server_options
 
@@ -67,6 +67,7 @@ class _Writer:
     ready: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     inflight: set[asyncio.Task[None]] = field(default_factory=set)
     last: asyncio.Task[None] | None = None  # the append of the block before
+    waiting: int = 0  # blocks whose task has not yet queued them in the store (see _append_block)
     acked: int = -1  # the highest ack level sent
     failed: bool = False  # refused a block: later blocks are dropped until the next SetupAppend
 
@@ -497,8 +498,18 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             self.reading_paused = True  # back-pressure: the store is behind
             if self.transport is not None:
                 self.transport.pause_reading()
-        # tasks start in creation order, so the blocks reach the store's queue in order
-        task = asyncio.get_running_loop().create_task(self._store_block(writer, block, writer.last))
+        # Queued in the store now when the writer is set up and every block before is queued: a task
+        # starts on the loop's next turn, which comes late while it reads many sockets (8 appenders of
+        # 64 KiB events: 618-801 -> 808-883 MB/s). Otherwise the task queues it; tasks start in creation
+        # order, so either way the blocks reach the store's queue in order.
+        ready = writer.ready
+        queued = None
+        if not writer.waiting and ready.done() and not ready.cancelled() and ready.result() and not writer.failed:
+            queued = self._submit(writer.segment, writer.connection_id.bytes, block.start_offset,
+                                  block.end_offset, block.data)
+        else:
+            writer.waiting += 1
+        task = asyncio.get_running_loop().create_task(self._store_block(writer, block, writer.last, queued))
         writer.last = task
         writer.inflight.add(task)
         task.add_done_callback(writer.inflight.discard)
@@ -510,14 +521,21 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.resume_reading()
 
-    async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None) -> None:
+    async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None,
+                           queued: asyncio.Future[AppendResult] | None) -> None:
         segment = writer.segment
+        key = writer.connection_id.bytes
         nbytes = len(block.data)
         try:
-            if not await writer.ready or writer.failed:
-                return
+            if queued is None:
+                try:
+                    if not await writer.ready or writer.failed:
+                        return
+                    queued = self._submit(segment, key, block.start_offset, block.end_offset, block.data)
+                finally:
+                    writer.waiting -= 1
             ack, duplicate = await self._store_exactly_once(
-                segment, writer.connection_id.bytes, block.start_offset, block.end_offset, block.data, before)
+                segment, key, block.start_offset, block.end_offset, block.data, before, queued)
         except errors.WriterOffsetMismatch as e:
             if not writer.failed:
                 writer.failed = True
@@ -541,9 +559,23 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         writer.acked = max(writer.acked, ack)
         self.reply(sp.DataAppended(writer.connection_id, writer.acked))
 
+    def _submit(self, segment: str, key: bytes, start: int, end: int,
+                data: bytes | bytearray) -> asyncio.Future[AppendResult]:
+        """Queue the events of [start, end) of a connection in the store; a refusal (no such segment,
+        sealed, closing) comes back through the future, as a failed write does."""
+        try:
+            # a received block is a bytearray, never changed again: the store writes it as it is
+            return self.store.submit_framed(segment, data, writer=WriterCondition(key, end, start))
+        except errors.StoreError as e:
+            future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+            future.set_exception(e)
+            return future
+
     async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes | bytearray,
-                                  before: asyncio.Task[None] | None) -> tuple[int, bool]:
-        """Store the events of [start, end) of a connection; (ack level, whether all were duplicates).
+                                  before: asyncio.Task[None] | None,
+                                  queued: asyncio.Future[AppendResult]) -> tuple[int, bool]:
+        """The (ack level, whether all were duplicates) of the events of [start, end) of a connection,
+        `queued` in the store already.
 
         A retransmission may overlap what is stored (the server stored a block whose
         ack was lost, and the client re-cut its blocks): the stored prefix is cut
@@ -553,19 +585,18 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         """
         while True:
             try:
-                # a received block is a bytearray, never changed again: the store joins it like bytes
-                result = await self.store.append_framed(segment, data,  # type: ignore[arg-type]
-                                                        writer=WriterCondition(key, end, start), create=False)
+                result = await queued
             except errors.WriterOffsetMismatch as e:
                 stored = e.expected
                 if start < stored < end and sp.is_message_boundary(data, stored - start):
                     data = data[stored - start :]
                     start = stored
-                    continue
-                if stored < start and before is not None:
+                elif stored < start and before is not None:
                     await asyncio.gather(before, return_exceptions=True)
                     before = None
-                    continue
-                raise
+                else:
+                    raise
+                queued = self._submit(segment, key, start, end, data)
+                continue
             assert result.writer_offset is not None
             return result.writer_offset, result.duplicate

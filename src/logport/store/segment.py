@@ -217,8 +217,12 @@ class Segment:
 
     # --- appends ---
 
-    async def append(self, parts: list[Buffer], writer: WriterCondition | None, multi: bool = True) -> AppendResult:
-        """Append whole frames given as buffers; returns once durable per the fsync policy."""
+    def submit(self, parts: list[Buffer], writer: WriterCondition | None,
+               multi: bool = True) -> asyncio.Future[AppendResult]:
+        """Append whole frames given as buffers: they are queued (or wait for room, first come first
+        served) before this returns, so calls are stored in their order; the future completes once
+        they are durable per the fsync policy. Cancelling it gives up a turn still waiting for room;
+        once queued, the frames are written all the same (a cancelled append's outcome is unknown)."""
         self._check_open()
         if writer is not None and len(writer.key) > MAX_WRITER_KEY:
             raise StoreError(f"writer key of {len(writer.key)} bytes for segment {self.name!r} "
@@ -226,22 +230,28 @@ class Segment:
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         pending = _Pending(parts, writer, future, multi)
         if self._waiters or (self.pending_bytes >= self.config.max_pending_bytes and self._queue):
-            # back-pressure, first come first served: _release_waiters queues them in the order they came
+            # back-pressure: _release_waiters queues them in the order they came
             self._waiters.append(pending)
+            future.add_done_callback(lambda _: self._give_up_turn(pending))
         else:
             self._enqueue(pending)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if pending in self._waiters:  # still waiting for room: give its turn up
-                self._waiters.remove(pending)
-                self._release_waiters()
-            raise  # once queued it is written all the same: a cancelled append's outcome is unknown
+        return future
+
+    def _give_up_turn(self, pending: _Pending) -> None:
+        if pending.future.cancelled() and pending in self._waiters:
+            self._waiters.remove(pending)
+            self._release_waiters()
 
     def _enqueue(self, pending: _Pending) -> None:
         self.pending_bytes += pending.size
-        self._queue.append(pending)
-        self._wake.set()
+        if self._writing and not self._queue:
+            # the writer thread is busy: stage it now, not on the commit loop's next turn, which
+            # comes late while the loop reads sockets (it was 24 ms behind with 8 segment-protocol
+            # appenders); the thread takes it with whatever else is staged when its commit is done
+            self._commit([pending], asyncio.get_running_loop())
+        else:  # the commit loop's next turn: appends made in this turn of the loop join it
+            self._queue.append(pending)
+            self._wake.set()
 
     def _check_open(self) -> None:
         if self._closing:
@@ -274,16 +284,20 @@ class Segment:
                 await self._wake.wait()
                 continue
             batch, self._queue = self._queue, []
-            try:
-                group = self._prepare(batch)
-            except Exception as e:  # a bug, not an I/O error: fail this batch, keep serving the next
-                _fail(batch, self._write_failed(e))
-                self._done(batch)
-                continue
-            if group.accepted or group.retries:
-                self._stage(group, loop)
-            else:
-                self._done(batch)
+            self._commit(batch, loop)
+
+    def _commit(self, batch: list[_Pending], loop: asyncio.AbstractEventLoop) -> None:
+        """Check a batch and stage it as one group (its duplicates and refusals are answered now)."""
+        try:
+            group = self._prepare(batch)
+        except Exception as e:  # a bug, not an I/O error: fail this batch, keep serving the next
+            _fail(batch, self._write_failed(e))
+            self._done(batch)
+            return
+        if group.accepted or group.retries:
+            self._stage(group, loop)
+        else:
+            self._done(batch)
 
     def _prepare(self, batch: list[_Pending]) -> _Group:
         """Check writer conditions against the stored offsets and the claims of groups not yet

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from logport.config import StoreConfig
@@ -149,7 +149,7 @@ class SegmentStore:
         for body in bodies:
             parts.append(pack(frames.EVENT, len(body)))
             parts.append(body)
-        return await self._counted(segment, segment.append(parts, writer, multi=len(bodies) > 1))
+        return await self._submit(segment, parts, writer, multi=len(bodies) > 1)
 
     async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                             writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
@@ -160,17 +160,29 @@ class SegmentStore:
         append it is all-or-nothing across a crash.
         """
         segment = await self._get_or_create(name) if create else self.segment(name)
-        return await self._counted(segment, segment.append([framed], writer))
+        return await self._submit(segment, [framed], writer)
 
-    async def _counted(self, segment: Segment, append: Awaitable[AppendResult]) -> AppendResult:
-        try:
-            result = await append
-        except StoreWriteFailed:
+    def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
+                      writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
+        """`append_framed` without the wait, for a caller that must not yield (a transport callback):
+        the frames are queued before this returns, so calls are stored in their order. The segment
+        must exist. The future completes as `append_framed` returns (see Segment.submit)."""
+        return self._submit(self.segment(name), [framed], writer)
+
+    def _submit(self, segment: Segment, parts: list[bytes | bytearray | memoryview], writer: WriterCondition | None,
+                multi: bool = True) -> asyncio.Future[AppendResult]:
+        future = segment.submit(parts, writer, multi)
+        future.add_done_callback(lambda f: self._count(segment, f))
+        return future
+
+    def _count(self, segment: Segment, future: asyncio.Future[AppendResult]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if isinstance(error, StoreWriteFailed):
             self.metrics.write_errors.labels(segment.name).inc()
-            raise
-        if result.duplicate:
+        elif error is None and future.result().duplicate:
             self.metrics.append_duplicates.labels(segment.name).inc()
-        return result
 
     def writer_offset(self, name: str, key: bytes) -> int:
         """The stored offset of a writer (0 for one never seen)."""
