@@ -296,8 +296,8 @@ def run(args: argparse.Namespace) -> int:
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
     print(f"#   handed one block ({args.block_size} bytes) of events per call, different bodies (a 64 MiB pool).")
     print(f"#   MB/s of event bodies; medians of {args.repeat} runs each, store and segment alternating.")
-    print("#   loopback TCP: the same bytes alone between")
-    print("#   two processes over plain sockets (1 MiB sendall / recv_into), the ceiling of any TCP path here.")
+    print("#   loopback TCP: the same bytes alone between two processes over plain sockets (1 MiB sendall /")
+    print("#   recv_into), the ceiling of any TCP path here.")
     print()
     table(["event", "catch-up read MB/s", "store read MB/s", "catch-up/store", "tail read MB/s",
            "append MB/s meanwhile", "tail/append"], read_rows)
