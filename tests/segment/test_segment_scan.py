@@ -1,6 +1,6 @@
 """The segment protocol's C loops against the Python versions they stand in for: the same answer
 for any bytes, any window into them and any limits (walk_events), and the same pieces for any
-bodies (frame_events)."""
+bodies (append_event_frames)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from logport.errors import LimitExceeded
 from logport.protocols import segment as sp
 
 try:
-    from logport.protocols._segment_scan import frame_events, walk_events
+    from logport.protocols._segment_scan import append_event_frames, walk_events
 except ImportError:  # pragma: no cover - the test below says what is missing
-    frame_events = walk_events = None  # type: ignore[assignment]
+    append_event_frames = walk_events = None  # type: ignore[assignment]
 
 
 def test_the_c_loops_are_built() -> None:
-    assert walk_events is not None and frame_events is not None, (
+    assert walk_events is not None and append_event_frames is not None, (
         "logport.protocols._segment_scan was not built: install a C compiler and the Python headers, "
         "then `pip install -e .` again (make setup does both)")
-    assert sp.walk_events is walk_events and sp.frame_events is frame_events
+    assert sp.walk_events is walk_events and sp.append_event_frames is append_event_frames
 
 
 def message(type_code: int, body: bytes, length: int | None = None) -> bytes:
@@ -85,36 +85,36 @@ def test_walk_refuses_a_window_outside_the_buffer() -> None:
 @given(st.lists(st.one_of(st.binary(max_size=2000), st.binary(max_size=5).map(bytearray),
                           st.binary(max_size=5).map(memoryview)), max_size=200), st.lists(st.binary(), max_size=2))
 def test_framing_agrees(bodies: list[bytes], before: list[bytes]) -> None:
-    assert frame_events is not None
+    assert append_event_frames is not None
     for given_bodies in (bodies, tuple(bodies)):
         got, expected = list(before), list(before)
-        assert frame_events(got, given_bodies) == sp.frame_events_in_python(expected, given_bodies)
+        assert append_event_frames(got, given_bodies) == sp.append_event_frames_in_python(expected, given_bodies)
         assert got == expected and all(type(piece) is bytes for piece in got)
 
 
 def test_framed_bodies_are_kept_as_they_are_or_copied() -> None:
     """bytes are kept (no copy); anything else is copied, since the pieces wait for their ack."""
-    assert frame_events is not None
+    assert append_event_frames is not None
     body = b"x" * 100
     mutable = bytearray(b"abc")
     pending: list[bytes] = []
-    assert frame_events(pending, [body, mutable]) == 8 + 100 + 8 + 3
+    assert append_event_frames(pending, [body, mutable]) == 8 + 100 + 8 + 3
     assert pending[1] is body
     mutable[0] = ord("z")
     assert b"".join(pending) == sp.HEADER.pack(0, 100) + body + sp.HEADER.pack(0, 3) + b"abc"
 
 
 def test_framing_refuses_what_is_not_a_buffer() -> None:
-    assert frame_events is not None
-    for frame in (frame_events, sp.frame_events_in_python):
+    assert append_event_frames is not None
+    for frame in (append_event_frames, sp.append_event_frames_in_python):
         pending = [b"before"]
         with pytest.raises(TypeError):
             frame(pending, [b"ok", "text"])
         assert pending == [b"before"]  # all or nothing: the appender's byte counts stay true
     with pytest.raises(TypeError):
-        frame_events([], 5)
+        append_event_frames([], 5)
     with pytest.raises(TypeError):
-        frame_events((), [b"x"])
+        append_event_frames((), [b"x"])
 
 
 def test_the_listener_names_the_limit_and_the_value() -> None:

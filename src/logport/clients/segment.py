@@ -398,7 +398,7 @@ class SegmentAppender:
             self._acked.clear()
             await self._acked.wait()
         self._check()
-        added = sp.frame_events(self._pending, bodies)  # a header for each body; the bodies as they are
+        added = sp.append_event_frames(self._pending, bodies)  # a header for each body; the bodies as they are
         self._pending_size += added
         self._unacked_bytes += added
         if self._pending_size >= self.block_size:

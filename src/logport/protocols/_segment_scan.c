@@ -3,7 +3,7 @@
  * uses them when this module was not built; a hypothesis test holds the two to the same answers.
  *
  * walk_events: the listener's check of the Event messages that arrived inside an append block.
- * frame_events: the client's framing of event bodies (a header for each, nothing copied).
+ * append_event_frames: the client's framing of event bodies (a header for each, nothing copied).
  *
  * An Event message is a 4-byte big-endian type (0) and a 4-byte big-endian length, then the body.
  */
@@ -65,13 +65,13 @@ static PyObject *walk_events(PyObject *module, PyObject *const *args, Py_ssize_t
     return Py_BuildValue("(nni)", pos, events, stop);
 }
 
-static PyObject *frame_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *append_event_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "frame_events(pending: list, bodies)");
+        PyErr_SetString(PyExc_TypeError, "append_event_frames(pending: list, bodies)");
         return NULL;
     }
     PyObject *pending = args[0];
-    PyObject *seq = PySequence_Fast(args[1], "frame_events: a list or tuple of event bodies");
+    PyObject *seq = PySequence_Fast(args[1], "append_event_frames: a list or tuple of event bodies");
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -124,8 +124,8 @@ static PyMethodDef methods[] = {
      "walk_events(data, start, avail, remaining, max_event) -> (taken, events, stop): the whole Event "
      "messages at data[start:start + avail] that fit in `remaining` bytes of the block. stop is 0, or 1 "
      "for an Event longer than max_event at start + taken, or 2 for one crossing the block's end."},
-    {"frame_events", (PyCFunction)(void (*)(void))frame_events, METH_FASTCALL,
-     "frame_events(pending, bodies) -> int: append an Event header and the body (as bytes) to the list "
+    {"append_event_frames", (PyCFunction)(void (*)(void))append_event_frames, METH_FASTCALL,
+     "append_event_frames(pending, bodies) -> int: append an Event header and the body (as bytes) to the list "
      "`pending` for each body; returns the bytes added. On an error, the list is left as it was."},
     {NULL, NULL, 0, NULL},
 };

@@ -487,11 +487,11 @@ def _check_values(message: Message) -> None:
 def event_messages(bodies: list[bytes] | tuple[bytes, ...]) -> bytes:
     """Event messages back to back: exactly the frames the store keeps."""
     pending: list[bytes] = []
-    frame_events(pending, bodies)
+    append_event_frames(pending, bodies)
     return b"".join(pending)
 
 
-def frame_events_in_python(pending: list[bytes], bodies: list[bytes] | tuple[bytes, ...]) -> int:
+def append_event_frames_in_python(pending: list[bytes], bodies: list[bytes] | tuple[bytes, ...]) -> int:
     """Append each body's Event header and the body (as bytes: they are kept, so they must not change)
     to `pending`; returns the bytes added. On an error (a body that is not a buffer), none are."""
     pack = HEADER.pack
@@ -508,6 +508,10 @@ def frame_events_in_python(pending: list[bytes], bodies: list[bytes] | tuple[byt
         del pending[before:]
         raise
     return added
+
+
+WALK_TOO_LARGE: Final = 1  # walk_events' stops: an Event longer than max_event_size
+WALK_CROSSES: Final = 2  # an Event that crosses the end of its block
 
 
 def walk_events_in_python(data: bytes | bytearray | memoryview, start: int, avail: int, remaining: int,
@@ -535,15 +539,12 @@ def walk_events_in_python(data: bytes | bytearray | memoryview, start: int, avai
     return pos, events, 0
 
 
-WALK_TOO_LARGE: Final = 1
-WALK_CROSSES: Final = 2
-
 # The same two loops in C (setup.py builds it; it is optional): for 1 KiB events, 435 us per MiB
 # walked in Python and 342 us framed (the client's per-event loop), against a few us in C.
 try:
-    from logport.protocols._segment_scan import frame_events, walk_events
+    from logport.protocols._segment_scan import append_event_frames, walk_events
 except ImportError:  # built without a C compiler
-    frame_events = frame_events_in_python
+    append_event_frames = append_event_frames_in_python
     walk_events = walk_events_in_python
 
 
@@ -1048,6 +1049,6 @@ class Connection:
 
 __all__ = [
     "NEED_DATA", "AppendBlock", "Connection", "Limits", "Role", "SegmentProtocolError", "State",
-    "encode", "decode_body", "encode_block", "event_messages", "frame_events", "split_into_partials",
+    "encode", "decode_body", "encode_block", "event_messages", "append_event_frames", "split_into_partials",
     *(cls.__name__ for cls in MESSAGE_TYPES.values()),
 ]
