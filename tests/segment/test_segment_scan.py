@@ -108,9 +108,10 @@ def test_framing_refuses_what_is_not_a_buffer() -> None:
     assert append_event_frames is not None
     for frame in (append_event_frames, sp.append_event_frames_in_python):
         pending = [b"before"]
-        with pytest.raises(TypeError):
-            frame(pending, [b"ok", "text"])
-        assert pending == [b"before"]  # all or nothing: the appender's byte counts stay true
+        for bad in ("text", 5):
+            with pytest.raises(TypeError):
+                frame(pending, [b"ok", bad])
+            assert pending == [b"before"]  # all or nothing: the appender's byte counts stay true
     with pytest.raises(TypeError):
         append_event_frames([], 5)
     with pytest.raises(TypeError):

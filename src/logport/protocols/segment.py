@@ -500,7 +500,7 @@ def append_event_frames_in_python(pending: list[bytes], bodies: list[bytes] | tu
     try:
         for body in bodies:
             if type(body) is not bytes:
-                body = bytes(body)
+                body = bytes(memoryview(body))  # a buffer (bytes(5) would be five zero bytes)
             pending.append(pack(_EVENT_TYPE, len(body)))
             pending.append(body)
             added += HEADER_SIZE + len(body)
