@@ -771,6 +771,53 @@ async def test_a_failed_write_fails_the_groups_staged_behind_it(tmp_path: Path,
     await store.close()
 
 
+async def test_appends_made_while_their_segment_is_created_keep_their_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One connection's appends to a segment that does not exist yet: those made while it is created
+    wait in line, and those made once it exists (before the line has moved) go behind them."""
+    from logport.store.segment import Segment
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    gate = threading.Event()
+    real = Segment.open_sync
+
+    def slow_open(self: Segment, create: bool) -> None:
+        assert gate.wait(10)
+        real(self, create)
+
+    monkeypatch.setattr(Segment, "open_sync", slow_open)
+    appends = [asyncio.create_task(store.append("s", [b"%d" % i])) for i in range(20)]
+    await asyncio.sleep(0.01)
+    gate.set()
+    while not store.exists("s"):  # appends made as the creation ends, each on a turn of its own
+        appends.append(asyncio.create_task(store.append("s", [b"%d" % len(appends)])))
+        await asyncio.sleep(0)
+    appends += [asyncio.create_task(store.append("s", [b"%d" % (len(appends) + i)])) for i in range(20)]
+    await asyncio.gather(*appends)
+    assert [int(b) for _, b in await read_all(store, "s")] == list(range(len(appends)))
+    await store.close()
+
+
+async def test_an_append_waiting_for_its_segment_can_be_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.store.segment import Segment
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    gate = threading.Event()
+    real = Segment.open_sync
+    monkeypatch.setattr(Segment, "open_sync", lambda self, create: (gate.wait(10), real(self, create))[1])
+    kept = asyncio.create_task(store.append("s", [b"kept"]))
+    gone = asyncio.create_task(store.append("s", [b"gone"]))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    gate.set()
+    await kept
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert [b for _, b in await read_all(store, "s")] == [b"kept"]
+    await store.close()
+
+
 async def test_appends_made_while_the_thread_writes_are_staged_at_once_in_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the writer thread is busy, an append is staged by the call that makes it (a segment-protocol

@@ -12,15 +12,41 @@ from logport.errors import (
     NoSuchSegment,
     SegmentExists,
     StoreClosed,
+    StoreError,
     StoreLimitExceeded,
     StoreWriteFailed,
 )
 from logport.metrics import Metrics
 from logport.store import frames
 from logport.store.files import SEGMENTS_DIR, check_segment_name
-from logport.store.segment import AppendResult, ReadResult, Segment, SegmentInfo, WriterCondition
+from logport.store.segment import (
+    AppendResult,
+    Buffer,
+    ReadResult,
+    Segment,
+    SegmentInfo,
+    WriterCondition,
+)
 
 log = logging.getLogger("logport.store")
+
+
+def _relay(inner: asyncio.Future[AppendResult], outer: asyncio.Future[AppendResult]) -> None:
+    """`outer` completes as `inner` does; cancelling `outer` cancels `inner` (gives up a turn still
+    waiting for room: see Segment.submit)."""
+
+    def done(f: asyncio.Future[AppendResult]) -> None:
+        if outer.done():
+            return
+        if f.cancelled():
+            outer.cancel()
+        elif f.exception() is not None:
+            outer.set_exception(f.exception())  # type: ignore[arg-type]
+        else:
+            outer.set_result(f.result())
+
+    inner.add_done_callback(done)
+    outer.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
 
 
 class SegmentStore:
@@ -32,6 +58,10 @@ class SegmentStore:
         self.metrics = metrics or Metrics()
         self._segments: dict[str, Segment] = {}
         self._creating: dict[str, asyncio.Future[Segment]] = {}
+        # appends waiting for their segment to be created, in the order they were made (_submit_in_order)
+        self._lines: dict[str, list[tuple[list[Buffer], WriterCondition | None, bool,
+                                          asyncio.Future[AppendResult]]]] = {}
+        self._line_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @classmethod
@@ -143,13 +173,12 @@ class SegmentStore:
                 raise StoreLimitExceeded(
                     f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
                 )
-        segment = await self._get_or_create(name) if create else self.segment(name)
-        parts: list[bytes | bytearray | memoryview] = []
+        parts: list[Buffer] = []
         pack = frames.HEADER.pack
         for body in bodies:
             parts.append(pack(frames.EVENT, len(body)))
             parts.append(body)
-        return await self._submit(segment, parts, writer, multi=len(bodies) > 1)
+        return await self._submit_in_order(name, parts, writer, len(bodies) > 1, create)
 
     async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                             writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
@@ -159,8 +188,7 @@ class SegmentStore:
         that it does not change until this returns (it is written without a copy). Like every
         append it is all-or-nothing across a crash.
         """
-        segment = await self._get_or_create(name) if create else self.segment(name)
-        return await self._submit(segment, [framed], writer)
+        return await self._submit_in_order(name, [framed], writer, True, create)
 
     def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                       writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
@@ -169,7 +197,48 @@ class SegmentStore:
         must exist. The future completes as `append_framed` returns (see Segment.submit)."""
         return self._submit(self.segment(name), [framed], writer)
 
-    def _submit(self, segment: Segment, parts: list[bytes | bytearray | memoryview], writer: WriterCondition | None,
+    def _submit_in_order(self, name: str, parts: list[Buffer], writer: WriterCondition | None, multi: bool,
+                         create: bool) -> asyncio.Future[AppendResult]:
+        """Queue an append now, or, while its segment is being created, in line behind the appends
+        made before it: awaiting the creation, the appends of one connection that came before a
+        created segment existed were queued after those that came once it did (a Forward client's
+        first thousand events stored after the rest)."""
+        segment = self._segments.get(name)
+        if segment is not None and name not in self._lines:
+            return self._submit(segment, parts, writer, multi)
+        if segment is None and not create:
+            raise NoSuchSegment(name)
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        line = self._lines.get(name)
+        if line is None:
+            line = self._lines[name] = []
+            task = asyncio.get_running_loop().create_task(self._open_line(name))
+            self._line_tasks.add(task)
+            task.add_done_callback(self._line_tasks.discard)
+        line.append((parts, writer, multi, future))
+        return future
+
+    async def _open_line(self, name: str) -> None:
+        """Create the segment, then queue the appends in line, in order, in the same step that ends
+        the line: an append made after it goes behind them."""
+        try:
+            segment = await self._get_or_create(name)
+        except BaseException as e:
+            for *_, future in self._lines.pop(name):
+                if not future.done():
+                    future.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        for parts, writer, multi, future in self._lines.pop(name):
+            if future.done():  # cancelled while in line
+                continue
+            try:
+                _relay(self._submit(segment, parts, writer, multi), future)
+            except StoreError as e:  # sealed or closing meanwhile
+                future.set_exception(e)
+
+    def _submit(self, segment: Segment, parts: list[Buffer], writer: WriterCondition | None,
                 multi: bool = True) -> asyncio.Future[AppendResult]:
         future = segment.submit(parts, writer, multi)
         future.add_done_callback(lambda f: self._count(segment, f))
