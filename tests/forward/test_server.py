@@ -132,6 +132,36 @@ async def test_routing_tag_prefix_and_source_keys(tmp_path: Path) -> None:
         assert other[0] == "edge.other" and other[4]["peer"].startswith("127.0.0.1:")
 
 
+async def test_nothing_is_read_before_the_peer_s_name_is_known(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With source_hostname_key, batches that waited for the name could be stored after ones that came
+    once it was known: the connection reads nothing until then, and its events keep their order."""
+    import logport.servers.forward as forward_server
+
+    gate = asyncio.Event()
+
+    async def slow_resolve(host: str, port: int) -> str:
+        await gate.wait()
+        return "peer.example"
+
+    monkeypatch.setattr(forward_server, "_resolve", slow_resolve)
+    config = forward_config(tmp_path, source_hostname_key="src_host")
+    async with running_hub(config) as hub:
+        r, w = await connect(config.forward.port)
+        for i in range(50):
+            w.write(P.pack(["t", 1700000000, {"i": i}]))
+        await w.drain()
+        await asyncio.sleep(0.2)
+        assert hub.services["forward"].inflight == 0  # type: ignore[attr-defined]
+        gate.set()
+        for i in range(50, 100):
+            w.write(P.pack(["t", 1700000000, {"i": i}]))
+        events = await wait_for_events(hub, 100)
+        assert [e[3]["i"] for e in events] == list(range(100))
+        assert {e[3]["src_host"] for e in events} == {"peer.example"}
+        w.close()
+
+
 async def test_invalid_entries_skipped_valid_ones_stored(tmp_path: Path) -> None:
     config = forward_config(tmp_path)
     async with running_hub(config) as hub:

@@ -161,12 +161,28 @@ class ForwardConnection(asyncio.Protocol):
         if self.config.source_address_key:
             self._extra[self.config.source_address_key] = str(addr[0])
         if self.config.source_hostname_key:
+            # every record gets the peer's name: read nothing until it is known, so that no batch waits
+            # for it (one that waited could be stored after a batch that came later)
+            transport.pause_reading()
             self._hostname = asyncio.ensure_future(_resolve(str(addr[0]), int(addr[1])))
+            self._hostname.add_done_callback(self._hostname_known)
         helo = self.conn.initiate()
         if helo:
             transport.write(helo)
         if self.config.idle_timeout:
             self._idle_timer = asyncio.get_running_loop().call_later(self.config.idle_timeout, self._check_idle)
+
+    def _hostname_known(self, resolved: asyncio.Future[str]) -> None:
+        if resolved.cancelled() or self.closing or self.transport is None:
+            return
+        try:
+            name = resolved.result()
+        except Exception:  # _resolve answers the address when the lookup fails: this is a bug
+            log.exception("resolving the peer's name failed", extra={"peer": self.peer})
+            name = self.peer.rpartition(":")[0]
+        self._extra[self.config.source_hostname_key] = name
+        if not self.paused:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -287,8 +303,6 @@ class ForwardConnection(asyncio.Protocol):
                 tag = f"{self.config.add_tag_prefix}.{tag}"
             entries = batch.entries
             extra = self._extra
-            if self._hostname is not None:
-                extra = {**extra, self.config.source_hostname_key: await self._hostname}
             if extra and batch.size:
                 entries = fp.add_record_keys(entries, extra)
             segment = server.runtime.router.segment_for(tag, self.config.segment)
