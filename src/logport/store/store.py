@@ -202,7 +202,7 @@ class SegmentStore:
         """Queue an append now, or, while its segment is being created, in line behind the appends
         made before it: awaiting the creation, the appends of one connection that came before a
         created segment existed were queued after those that came once it did (a Forward client's
-        first thousand events stored after the rest)."""
+        events 1-2925 of 5000 were stored after 2926-4999)."""
         segment = self._segments.get(name)
         if segment is not None and name not in self._lines:
             return self._submit(segment, parts, writer, multi)
@@ -225,8 +225,12 @@ class SegmentStore:
             segment = await self._get_or_create(name)
         except BaseException as e:
             for *_, future in self._lines.pop(name):
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(e, Exception):
                     future.set_exception(e)
+                else:  # cancelled (the hub stopping)
+                    future.cancel()
             if not isinstance(e, Exception):
                 raise
             return
