@@ -789,7 +789,7 @@ async def test_appends_made_while_their_segment_is_created_keep_their_order(
     appends = [asyncio.create_task(store.append("s", [b"%d" % i])) for i in range(20)]
     await asyncio.sleep(0.01)
     gate.set()
-    while not store.exists("s"):  # appends made as the creation ends, each on a turn of its own
+    while not store.exists("s") and len(appends) < 5000:  # appends made as the creation ends, a turn each
         appends.append(asyncio.create_task(store.append("s", [b"%d" % len(appends)])))
         await asyncio.sleep(0)
     appends += [asyncio.create_task(store.append("s", [b"%d" % (len(appends) + i)])) for i in range(20)]
