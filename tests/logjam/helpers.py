@@ -56,12 +56,18 @@ class AgentProducer:
         curve_client(self.sock, curve)
         self.sock.connect(f"tcp://127.0.0.1:{port}")
 
-    async def send_async(self, frames: list[bytes]) -> None:
-        await self.sock.send_multipart(frames)
+    async def send_async(self, frames: list[bytes], timeout: float = 5.0) -> None:
+        await asyncio.wait_for(self.sock.send_multipart(frames), timeout)
 
     async def send_sync(self, frames: list[bytes], timeout: float = 5.0) -> list[bytes]:
-        await self.sock.send_multipart([b"", *frames])
-        return await asyncio.wait_for(self.sock.recv_multipart(), timeout)
+        """The send is inside the timeout too: a DEALER whose CurveZMQ handshake was refused may have
+        no pipe to queue on, and then its send waits for good (1 run in 5 of test_curve hung so)."""
+
+        async def exchange() -> list[bytes]:
+            await self.sock.send_multipart([b"", *frames])
+            return await self.sock.recv_multipart()
+
+        return await asyncio.wait_for(exchange(), timeout)
 
     async def ping(self, timeout: float = 5.0) -> list[bytes]:
         return await self.send_sync([lj.PING, APP_ENV, b"{}", meta(0)], timeout)
