@@ -193,9 +193,10 @@ class SegmentStore:
     def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                       writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
         """`append_framed` without the wait, for a caller that must not yield (a transport callback):
-        the frames are queued before this returns, so calls are stored in their order. The segment
-        must exist. The future completes as `append_framed` returns (see Segment.submit)."""
-        return self._submit(self.segment(name), [framed], writer)
+        the frames are queued (or in line behind appends waiting for the segment's creation) before
+        this returns, so calls are stored in their order. The segment must exist. The future
+        completes as `append_framed` returns (see Segment.submit)."""
+        return self._submit_in_order(name, [framed], writer, True, create=False)
 
     def _submit_in_order(self, name: str, parts: list[Buffer], writer: WriterCondition | None, multi: bool,
                          create: bool) -> asyncio.Future[AppendResult]:
