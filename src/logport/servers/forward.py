@@ -131,7 +131,7 @@ class ForwardConnection(asyncio.Protocol):
         self.storing = 0  # batches handed to the store and not yet answered
         self.last_data = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._hostname: asyncio.Future[str] | None = None
+        self._hostname: asyncio.Future[str] | None = None  # the peer name lookup, held while it runs
         self._extra: dict[str, str] = {}
 
     # --- lifecycle ---
