@@ -145,6 +145,7 @@ class SegmentServerConfig:
     read_wait: float = 60.0  # a ReadSegment at the tail without wait_ms waits this long
     keepalive_interval: float = 10.0  # KeepAlive to a reader waiting at the tail
     max_pending_bytes: int = 32 * MiB  # appended, unacknowledged bytes per connection before reading pauses
+    receive_pool_bytes: int = 128 * MiB  # free append-block receive buffers kept for reuse; 0: none
     idle_timeout: float = 0.0  # close a connection silent this long; 0 = never
     max_connections: int = 1024  # further connections are closed at once
     max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
@@ -518,6 +519,7 @@ def validate(config: Config) -> None:
         _check_positive(f"segment.{key}", getattr(g, key))
     _check_positive("segment.read_wait", g.read_wait, zero_ok=True)
     _check_positive("segment.idle_timeout", g.idle_timeout, zero_ok=True)
+    _check_positive("segment.receive_pool_bytes", g.receive_pool_bytes, zero_ok=True)
     if g.max_message_size > 16 * MiB - 1:
         raise ConfigError(f"config key 'segment.max_message_size' has value {g.max_message_size}; "
                           f"the protocol allows at most {16 * MiB - 1}")

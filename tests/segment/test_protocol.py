@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -423,9 +424,10 @@ def test_blocks_with_a_split_event_round_trip(bodies: list[bytes], cut: int, fra
 # --- receiving in place (asyncio.BufferedProtocol): the same results as receive_data ---
 
 
-def received_in_place(wire: bytes, sizes: list[int], limits: sp.Limits | None = None) -> list:
+def received_in_place(wire: bytes, sizes: list[int], limits: sp.Limits | None = None,
+                      allocate: Callable[[int], bytearray | memoryview] = bytearray) -> list:
     """Feed `wire` through get_buffer/buffer_updated, each read at most the next of `sizes` bytes."""
-    conn = sp.Connection(sp.Role.SERVER, limits)
+    conn = sp.Connection(sp.Role.SERVER, limits, allocate)
     out = []
     at = 0
     i = 0
@@ -491,9 +493,43 @@ def test_in_place_matches_receive_data(blocks: list[list[bytes]], sizes: list[in
     assert received(sp.Role.SERVER, wire, sizes[0]) == expected
 
 
+def dirty(n: int) -> memoryview:
+    """A buffer as a pool gives it back: larger than asked for, and holding an earlier block's bytes."""
+    return memoryview(bytearray(b"\xa5" * (n + 64)))[:n]
+
+
+def test_a_block_is_received_into_the_buffer_allocate_gives() -> None:
+    events = sp.event_messages([b"a" * 1000, b"b" * 3000])
+    given: list[memoryview] = []
+
+    def allocate(n: int) -> memoryview:
+        given.append(dirty(n))
+        return given[-1]
+
+    (setup, block) = received_in_place(SETUP + sp.encode_block(CID, 0, events), [700], allocate=allocate)
+    assert block == sp.AppendBlock(CID, 0, len(events), events, 2)
+    assert [len(v) for v in given] == [len(events)] and block.data is given[0]
+
+
+@given(st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=5), min_size=1, max_size=4),
+       st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=8), st.integers(min_value=0, max_value=3))
+def test_in_place_into_dirty_buffers_matches_receive_data(blocks: list[list[bytes]], sizes: list[int],
+                                                         fragment: int) -> None:
+    """Reused buffers hold an earlier block's bytes: nothing may read a byte of one before it arrived."""
+    wire = SETUP
+    offset = 0
+    for i, bodies in enumerate(blocks):
+        events = sp.event_messages(bodies)
+        split = len(events) - len(bodies[-1]) // 2 - 1 if i % 2 and len(bodies[-1]) > 1 else None
+        wire += sp.encode_block(CID, offset, events, split_at=split, fragment=fragment)
+        offset += len(events)
+    assert received_in_place(wire, sizes, allocate=dirty) == received(sp.Role.SERVER, wire, sizes[0])
+
+
 @given(st.binary(max_size=400), st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=4))
 def test_arbitrary_bytes_in_place(data: bytes, sizes: list[int]) -> None:
-    try:
-        received_in_place(SETUP + sp.encode(sp.BeginAppendBlock(CID, 0, 200)) + data, sizes, SMALL)
-    except RemoteProtocolError:
-        pass
+    for allocate in (bytearray, dirty):
+        try:
+            received_in_place(SETUP + sp.encode(sp.BeginAppendBlock(CID, 0, 200)) + data, sizes, SMALL, allocate)
+        except RemoteProtocolError:
+            pass

@@ -749,6 +749,64 @@ async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) ->
         await h.stop()
 
 
+async def test_block_buffers_are_reused_once_stored_and_what_was_stored_stays_intact(hub: Hub) -> None:
+    """Blocks of 64 KiB and more are received into buffers that are taken again once the store has
+    written them: two appenders' distinct events, many blocks in flight, all stored as sent."""
+    server = hub.services["segment"]
+    pool = server.receive_pool  # type: ignore[attr-defined]
+    lent: list[int] = []
+    real_take = pool.take
+
+    def take(n: int):  # type: ignore[no-untyped-def]
+        view = real_take(n)
+        lent.append(id(view.obj))
+        return view
+
+    pool.take = take
+    sent: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    async def appender(segment: str) -> None:
+        async with client.SegmentAppender("127.0.0.1", port_of(hub), segment, block_size=256 * 1024,
+                                          linger=0.0005) as app:
+            for i in range(400):
+                body = f"{segment}{i:05d}".encode() * (1000 + i % 7)
+                sent[segment].append(body)
+                await app.append(body)
+
+    await asyncio.gather(appender("a"), appender("b"))
+    assert len(lent) > len(set(lent)) > 1  # buffers were taken again
+    assert pool.free_bytes > 0
+    assert events_of(hub, "a") == sent["a"] and events_of(hub, "b") == sent["b"]
+
+
+async def test_a_block_whose_append_is_cancelled_keeps_its_buffer_from_the_pool(
+        hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store may still write a block whose append was cancelled (the hub stopping): its buffer
+    must not go back to the pool, where the next block would overwrite it."""
+    from logport.servers.segment import SegmentServerProtocol
+
+    started = asyncio.Event()
+
+    async def never_answered(self, writer, block, before, queued):  # type: ignore[no-untyped-def]
+        started.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(SegmentServerProtocol, "_store_and_ack", never_answered)
+    pool = hub.services["segment"].receive_pool  # type: ignore[attr-defined]
+    peer = await Peer.open(port_of(hub))
+    await peer.send(sp.SetupAppend(CID, "logs"))
+    assert await peer.reply() == sp.AppendSetup("logs", CID, 0)
+    await peer.send(sp.encode_block(CID, 0, sp.event_messages([b"x" * 100_000])))
+    await asyncio.wait_for(started.wait(), 5)
+    (conn,) = hub.services["segment"].connections  # type: ignore[attr-defined]
+    (task,) = conn.writers[CID].inflight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool.free_bytes == 0
+    await peer.close()
+
+
 async def test_count_limits_per_connection(hub: Hub) -> None:
     limits = hub.runtime.config.segment
     await hub.runtime.store.create("logs")  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ import enum
 import struct
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
@@ -584,7 +585,7 @@ def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes
             + encode(EndAppendBlock(connection_id, end, len(events))) + after)
 
 
-def is_message_boundary(data: bytes | bytearray, at: int) -> bool:
+def is_message_boundary(data: bytes | bytearray | memoryview, at: int) -> bool:
     """Whether `at` falls between two of the whole messages (frames) that `data` starts with."""
     pos = 0
     while pos < at and pos + HEADER_SIZE <= len(data):
@@ -612,7 +613,9 @@ class AppendBlock:
     connection_id: uuid.UUID
     start_offset: int  # connection offset before the block
     end_offset: int  # connection offset after it
-    data: bytes | bytearray  # the block's Event messages (frames in the store's format); never changed
+    # the block's Event messages (frames in the store's format), never changed; received in place, it is
+    # the buffer the connection's `allocate` gave (the listener takes it back once the store wrote it)
+    data: bytes | bytearray | memoryview
     event_count: int
 
 
@@ -661,7 +664,7 @@ class _Block:
     end: EndAppendBlock | None = None
     # receiving in place (get_buffer): the block's bytes land here; [0, filled) are whole events,
     # [filled, filled + tail) the start of the next one
-    region: bytearray | None = None
+    region: bytearray | memoryview | None = None
     tail: int = 0
     in_place_ok: bool = True  # false once a PartialMessage showed up inside the block
 
@@ -669,7 +672,7 @@ class _Block:
         self.chunks.append(chunk)
         self.filled += len(chunk)
 
-    def data(self) -> bytes | bytearray:
+    def data(self) -> bytes | bytearray | memoryview:
         if self.region is not None:
             return self.region  # whole: filled == len(region) once the block's data is in
         return b"".join(self.chunks)
@@ -689,11 +692,17 @@ def _scratch() -> memoryview:
 
 
 class Connection:
-    """One end of a segment-protocol connection; `role` says which messages it receives."""
+    """One end of a segment-protocol connection; `role` says which messages it receives.
 
-    def __init__(self, role: Role, limits: Limits | None = None) -> None:
+    `allocate(n)` gives the writable buffer of exactly n bytes that an append block is received
+    into (a server's pool of them); the default is a new bytearray.
+    """
+
+    def __init__(self, role: Role, limits: Limits | None = None,
+                 allocate: Callable[[int], bytearray | memoryview] = bytearray) -> None:
         self.role = role
         self.limits = limits or Limits()
+        self._allocate = allocate
         self.state = State.IDLE
         self._buffer = ReceiveBuffer()
         self._block: _Block | None = None
@@ -736,7 +745,7 @@ class Connection:
         block = self._block
         if self.state is State.IN_BLOCK and block is not None and block.in_place_ok and self._only_an_event_start():
             if block.region is None:
-                block.region = bytearray(block.filled + block.remaining)
+                block.region = self._allocate(block.filled + block.remaining)
                 at = 0
                 for chunk in block.chunks:
                     block.region[at : at + len(chunk)] = chunk

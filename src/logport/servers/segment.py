@@ -24,11 +24,14 @@ from logport.config import SegmentServerConfig
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
+from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
 from logport.tls import server_options
 
 log = logging.getLogger("logport.segment")
+
+POOL_TRIM_INTERVAL = 30.0  # seconds: receive buffers not taken again for this long are freed
 
 @dataclass
 class SegmentMetrics:
@@ -38,6 +41,7 @@ class SegmentMetrics:
     duplicate_blocks: Counter
     read_bytes: Counter
     protocol_errors: Counter
+    receive_pool_bytes: Gauge
 
     @classmethod
     def create(cls, runtime: Runtime) -> SegmentMetrics:
@@ -50,6 +54,8 @@ class SegmentMetrics:
                     registry=r),
             Counter("logport_segment_read_bytes", "Bytes sent in SegmentRead replies", registry=r),
             Counter("logport_segment_protocol_errors", "Connections closed for breaking the protocol", registry=r),
+            Gauge("logport_segment_receive_pool_bytes", "Free append-block receive buffers kept for reuse",
+                  registry=r),
         )
 
 
@@ -80,12 +86,15 @@ class SegmentServer:
         self.metrics = SegmentMetrics.create(runtime)
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
+        self.receive_pool = ReceivePool(self.config.receive_pool_bytes)
+        self.metrics.receive_pool_bytes.set_function(lambda: self.receive_pool.free_bytes)
         self.connections: set[SegmentServerProtocol] = set()
         self.guard = ConnectionGuard(log, max_connections=self.config.max_connections,
                                      max_per_peer=self.config.max_connections_per_peer)
         self.auth_failures = FailureLimiter(log, what="segment authentication")  # slows down token guessing
         self._server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
+        self._trim_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -95,6 +104,8 @@ class SegmentServer:
         )
         if self.config.idle_timeout > 0:
             self._idle_task = loop.create_task(self._close_idle())
+        if self.config.receive_pool_bytes:
+            self._trim_task = loop.create_task(self._trim_pool())
         log.info("segment listener", extra={"bind": self.config.bind, "port": self.port})
 
     @property
@@ -112,9 +123,15 @@ class SegmentServer:
                     log.info("closing idle connection", extra={"peer": conn.peer, "idle_timeout": timeout})
                     conn.close()
 
+    async def _trim_pool(self) -> None:
+        while True:
+            await asyncio.sleep(POOL_TRIM_INTERVAL)
+            self.receive_pool.trim()
+
     async def close(self) -> None:
-        if self._idle_task is not None:
-            self._idle_task.cancel()
+        for task in (self._idle_task, self._trim_task):
+            if task is not None:
+                task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -138,7 +155,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.server = server
         self.store = server.store
         self.config = server.config
-        self.conn = sp.Connection(sp.Role.SERVER, server.limits)
+        self.conn = sp.Connection(sp.Role.SERVER, server.limits, allocate=server.receive_pool.take)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.writers: dict[uuid.UUID, _Writer] = {}
@@ -523,6 +540,13 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
 
     async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None,
                            queued: asyncio.Future[AppendResult] | None) -> None:
+        await self._store_and_ack(writer, block, before, queued)
+        # Reached once the store has answered every append of the block, after which it never reads
+        # them again; not when cancelled (the hub stopping), as the store may still be writing it.
+        self.server.receive_pool.give(block.data)
+
+    async def _store_and_ack(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None,
+                             queued: asyncio.Future[AppendResult] | None) -> None:
         segment = writer.segment
         key = writer.connection_id.bytes
         nbytes = len(block.data)
@@ -560,19 +584,19 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.reply(sp.DataAppended(writer.connection_id, writer.acked))
 
     def _submit(self, segment: str, key: bytes, start: int, end: int,
-                data: bytes | bytearray) -> asyncio.Future[AppendResult]:
+                data: bytes | bytearray | memoryview) -> asyncio.Future[AppendResult]:
         """Queue the events of [start, end) of a connection in the store; a refusal (no such segment,
         sealed, closing) comes back through the future, as a failed write does."""
         try:
-            # a received block is a bytearray, never changed again: the store writes it as it is
+            # a received block is not changed until the store has answered: it is written as it is
             return self.store.submit_framed(segment, data, writer=WriterCondition(key, end, start))
         except errors.StoreError as e:
             future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
             future.set_exception(e)
             return future
 
-    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int, data: bytes | bytearray,
-                                  before: asyncio.Task[None] | None,
+    async def _store_exactly_once(self, segment: str, key: bytes, start: int, end: int,
+                                  data: bytes | bytearray | memoryview, before: asyncio.Task[None] | None,
                                   queued: asyncio.Future[AppendResult]) -> tuple[int, bool]:
         """The (ack level, whether all were duplicates) of the events of [start, end) of a connection,
         `queued` in the store already.
