@@ -4,7 +4,8 @@ append figure measured in the same run, and read throughput (catch-up from offse
 The server is a hub in this process (uvloop); the appenders and readers are logport's own clients in a
 separate process (this file run with --load), so the server's CPU is its own. The store figure calls
 SegmentStore.append directly in this process with the same event size, the same number of concurrent
-writers, and one block's worth of events per append.
+writers, and one block's worth of events per append. Each case first appends as much again to another
+segment, untimed, on both sides (--warmup-mib), so that what is timed is a serving hub, not its start.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from _common import header, median, run_async, table  # noqa: E402
 
 MiB = 1024 * 1024
 SEGMENT = "bench"
+WARMUP = "warmup"  # each case's untimed appends before the timed ones
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
     p.add_argument("--writeback-bytes", type=int, default=None,
                    help="store.writeback_bytes on both sides (default: the config's; 0: off)")
+    p.add_argument("--receive-pool-bytes", type=int, default=None,
+                   help="segment.receive_pool_bytes of the hub (default: the config's; 0: a new buffer per block)")
+    p.add_argument("--warmup-mib", type=int, default=None,
+                   help="MiB each case first appends to another segment, untimed, on both sides (default: the "
+                        "case's own size; 0: none)")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each case, store and segment alternating; the median of each is shown")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
@@ -69,13 +76,14 @@ def batches(bodies: list[bytes], per: int, batch: int, writer: int, writers: int
 # --- the client process ---
 
 
-async def load_append(port: int, size: int, appenders: int, total: int, block_size: int) -> dict[str, Any]:
+async def load_append(port: int, size: int, appenders: int, total: int, block_size: int,
+                      segment: str = SEGMENT) -> dict[str, Any]:
     from logport.clients.segment import SegmentAppender
 
     bodies = distinct_bodies(size)
     per = max(1, total // size // appenders)
     batch = max(1, block_size // (size + 8))  # as the store case: one block's worth of events per call
-    apps = [SegmentAppender("127.0.0.1", port, SEGMENT, block_size=block_size, linger=0.0005)
+    apps = [SegmentAppender("127.0.0.1", port, segment, block_size=block_size, linger=0.0005)
             for _ in range(appenders)]
     for app in apps:
         await app.start()
@@ -113,7 +121,8 @@ async def load_read(port: int, expect: int, follow: bool) -> dict[str, Any]:
 
 def client_main(spec: dict[str, Any]) -> None:
     if spec["mode"] == "append":
-        coro = load_append(spec["port"], spec["size"], spec["appenders"], spec["total"], spec["block_size"])
+        coro = load_append(spec["port"], spec["size"], spec["appenders"], spec["total"], spec["block_size"],
+                           spec.get("segment", SEGMENT))
     else:
         coro = load_read(spec["port"], spec["expect"], spec["mode"] == "tail")
     result = run_async(lambda: coro)
@@ -121,15 +130,25 @@ def client_main(spec: dict[str, Any]) -> None:
 
 
 async def run_client(spec: dict[str, Any]) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--load", json.dumps(spec),
-                                                stdout=subprocess.PIPE)
-    out, _ = await proc.communicate()
+    """Run a client process. Started by subprocess (vfork), not by the loop's subprocess support
+    (uvloop forks): a fork makes every page of this process, the hub's, copy-on-write, and the hub
+    then takes a page fault for each page it writes again, the listener's reused receive buffers
+    among them, during the very run it measures."""
+    proc = await asyncio.to_thread(subprocess.run, [sys.executable, __file__, "--load", json.dumps(spec)],
+                                   stdout=subprocess.PIPE, check=False)
     if proc.returncode:
         raise RuntimeError(f"client process failed ({proc.returncode}) for {spec}")
-    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
 
 
 # --- the server side ---
+
+
+def warmup_bytes(args: argparse.Namespace, total: int) -> int:
+    """What a case appends, untimed, before it is timed: a hub serves for long, so the figure wanted
+    is its steady state, with the listener's receive buffers in use again (the first 128 MiB that
+    8 appenders send each take fresh pages), not its first second. Both sides get the same."""
+    return total if args.warmup_mib is None else args.warmup_mib * MiB
 
 
 def store_config(data_dir: Path, args: argparse.Namespace) -> Any:
@@ -152,6 +171,8 @@ def hub_config(data_dir: Path, args: argparse.Namespace) -> Any:
     config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
     config.metrics.enabled = False
     config.segment.port = free_port()
+    if args.receive_pool_bytes is not None:
+        config.segment.receive_pool_bytes = args.receive_pool_bytes
     return config
 
 
@@ -169,6 +190,10 @@ async def segment_case(work: Path, args: argparse.Namespace, size: int, appender
     await hub.runtime.store.create(SEGMENT)
     try:
         out: dict[str, Any] = {}
+        if warmup := warmup_bytes(args, total):
+            await hub.runtime.store.create(WARMUP)
+            await run_client({"mode": "append", "port": port, "size": size, "appenders": appenders,
+                              "total": warmup, "block_size": args.block_size, "segment": WARMUP})
         if reads:  # a reader follows the tail while the appender writes
             expect = max(1, total // size // appenders) * appenders
             tail = asyncio.create_task(run_client({"mode": "tail", "port": port, "expect": expect}))
@@ -205,12 +230,15 @@ async def store_case(work: Path, args: argparse.Namespace, size: int, writers: i
     per = max(1, total // size // writers)
     batch = max(1, args.block_size // (size + 8))
 
-    async def one(k: int) -> None:
-        for events in batches(bodies, per, batch, k, writers):
-            await store.append(SEGMENT, events)
+    async def one(segment: str, k: int, count: int) -> None:
+        for events in batches(bodies, count, batch, k, writers):
+            await store.append(segment, events)
 
+    if warmup := warmup_bytes(args, total):
+        await store.create(WARMUP)
+        await asyncio.gather(*(one(WARMUP, k, max(1, warmup // size // writers)) for k in range(writers)))
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(k) for k in range(writers)))
+    await asyncio.gather(*(one(SEGMENT, k, per) for k in range(writers)))
     elapsed = time.perf_counter() - t0
     await store.close()
     shutil.rmtree(root, ignore_errors=True)
@@ -295,7 +323,9 @@ def run(args: argparse.Namespace) -> int:
     print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
     print(f"#   handed one block ({args.block_size} bytes) of events per call, different bodies (a 64 MiB pool).")
-    print(f"#   MB/s of event bodies; medians of {args.repeat} runs each, store and segment alternating.")
+    print(f"#   MB/s of event bodies; medians of {args.repeat} runs each, store and segment alternating. Each")
+    print(f"#   run first appends {'as much as it times' if args.warmup_mib is None else f'{args.warmup_mib} MiB'}"
+          " to another segment, untimed (--warmup-mib): a hub's steady state.")
     print("#   loopback TCP: the same bytes alone between two processes over plain sockets (1 MiB sendall /")
     print("#   recv_into), the ceiling of any TCP path here.")
     print()
