@@ -49,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each case, store and segment alternating; the median of each is shown")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
+    p.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # internal: one configuration's runs
 
 
 def distinct_bodies(size: int) -> list[bytes]:
@@ -280,9 +281,41 @@ def mbs(result: dict[str, Any]) -> float:
     return float(result["bytes"]) / float(result["seconds"]) / 1e6
 
 
+def measure(work: Path, args: argparse.Namespace, size: int, appenders: int) -> dict[str, list[Any]]:
+    """The runs of one configuration: loopback TCP, store and segment alternating (so that a burst of
+    load elsewhere hits both sides), and with one appender the read runs."""
+    total = (args.mib_large if size >= 65536 else args.mib_small) * MiB
+    runs: dict[str, list[Any]] = {"tcp": [], "store": [], "segment": [], "reads": []}
+    for _ in range(args.repeat):
+        runs["tcp"].append(loopback_tcp(total))
+        runs["store"].append(run_async(lambda: store_case(work, args, size, appenders, total)))
+        runs["segment"].append(run_async(lambda: segment_case(work, args, size, appenders, total, False)))
+        if appenders == 1:  # a run of its own: a following reader takes CPU from the appender
+            runs["reads"].append(run_async(lambda: segment_case(work, args, size, 1, total, True)))
+    return runs
+
+
+def measure_in_a_process(work: Path, args: argparse.Namespace, size: int, appenders: int) -> dict[str, list[Any]]:
+    """`measure` in a process of its own, as JMH forks a JVM per benchmark: in one process that had run
+    the cases before, this VM's page-cache copies got 2-5x slower on both sides as it went on (the
+    store alone's writer thread: 0.10 s of CPU for 256 MiB in a fresh process, 0.19-0.47 s as the
+    last case of a whole run), and the 64 KiB x 8 ratios swung from 21% to 350% with it."""
+    spec = {"work": str(work), "size": size, "appenders": appenders, "args": vars(args)}
+    proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], stdout=subprocess.PIPE,
+                          check=False)
+    if proc.returncode:
+        raise RuntimeError(f"measuring {size} byte events x {appenders} failed ({proc.returncode})")
+    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.load:
         client_main(json.loads(args.load))
+        return 0
+    if args.measure:
+        spec = json.loads(args.measure)
+        runs = measure(Path(spec["work"]), argparse.Namespace(**spec["args"]), spec["size"], spec["appenders"])
+        print(json.dumps(runs), flush=True)
         return 0
     base = Path(args.dir or "bench-out")
     base.mkdir(parents=True, exist_ok=True)
@@ -292,24 +325,16 @@ def run(args: argparse.Namespace) -> int:
     read_rows = []
     try:
         for size in (int(s) for s in args.sizes.split(",")):
-            total = (args.mib_large if size >= 65536 else args.mib_small) * MiB
             for appenders in (int(a) for a in args.appenders.split(",")):
-                reads = appenders == 1
-                stores, segs, read_runs, tcps = [], [], [], []
-                for _ in range(args.repeat):  # alternating, so that a burst of load elsewhere hits both sides
-                    tcps.append(loopback_tcp(total))
-                    stores.append(run_async(lambda s=size, a=appenders, t=total: store_case(work, args, s, a, t)))
-                    segs.append(run_async(lambda s=size, a=appenders, t=total:
-                                          segment_case(work, args, s, a, t, False)))
-                    if reads:  # a run of its own: a following reader takes CPU from the appender
-                        read_runs.append(run_async(lambda s=size, t=total: segment_case(work, args, s, 1, t, True)))
+                runs = measure_in_a_process(work, args, size, appenders)
+                stores, segs, read_runs = runs["store"], runs["segment"], runs["reads"]
                 store_mbs = median([mbs(r) for r in stores])
                 seg_mbs = median([mbs(r["append"]) for r in segs])
-                tcp_mbs = median([mbs(r) for r in tcps])
+                tcp_mbs = median([mbs(r) for r in runs["tcp"]])
                 rows.append((f"{size // 1024} KiB", appenders, round(seg_mbs, 1), round(store_mbs, 1),
                              f"{seg_mbs / store_mbs:.0%}", round(tcp_mbs, 1), round(seg_mbs * 1e6 / size),
                              " ".join(f"{mbs(g['append']) / mbs(t):.0%}" for g, t in zip(segs, stores, strict=True))))
-                if reads:
+                if read_runs:
                     cold = median([mbs(r["cold"]) for r in read_runs])
                     direct = median([mbs(r["direct"]) for r in read_runs])
                     tail = median([mbs(r["tail"]) for r in read_runs])
@@ -323,9 +348,10 @@ def run(args: argparse.Namespace) -> int:
     print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
     print(f"#   handed one block ({args.block_size} bytes) of events per call, different bodies (a 64 MiB pool).")
-    print(f"#   MB/s of event bodies; medians of {args.repeat} runs each, store and segment alternating. Each")
-    print(f"#   run first appends {'as much as it times' if args.warmup_mib is None else f'{args.warmup_mib} MiB'}"
-          " to another segment, untimed (--warmup-mib): a hub's steady state.")
+    warmup = "as much as it times" if args.warmup_mib is None else f"{args.warmup_mib} MiB"
+    print(f"#   MB/s of event bodies; medians of {args.repeat} runs each, store and segment alternating, each")
+    print(f"#   configuration in a process of its own; every run first appends {warmup} to another")
+    print("#   segment, untimed (--warmup-mib): a serving hub's steady state.")
     print("#   loopback TCP: the same bytes alone between two processes over plain sockets (1 MiB sendall /")
     print("#   recv_into), the ceiling of any TCP path here.")
     print()
