@@ -4,9 +4,9 @@ A block is received in place into one buffer of its length and handed to the sto
 fresh buffer per block costs more than the copies that fill and write it: bytearray(n) zero-fills
 it, its pages fault in as the socket fills them, and glibc gives large ones back to the kernel when
 they are freed, so the next block faults them in again. With 8 appenders of 64 KiB events, the hub's
-writer thread spent 3-5x the CPU time on the same page-cache copy while the event loop faulted fresh
-pages in beside it (0.78-1.39 s against 0.26-0.42 s for 512 MiB), and the listener reached half
-the store's own speed; with the buffers reused, 70-90% of it (docs/benchmarks.md, "segment").
+writer thread spent up to 5x the CPU time on the same page-cache copy while the event loop faulted fresh
+pages in beside it (0.78-1.39 s against 0.26-0.51 s for 512 MiB), and the listener reached 58-69% of
+the store's own speed; with the buffers reused, 91-97% (docs/benchmarks.md, "segment").
 """
 
 from __future__ import annotations

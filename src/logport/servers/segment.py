@@ -31,7 +31,8 @@ from logport.tls import server_options
 
 log = logging.getLogger("logport.segment")
 
-POOL_TRIM_INTERVAL = 30.0  # seconds: receive buffers not taken again for this long are freed
+POOL_TRIM_INTERVAL = 30.0  # seconds: receive buffers not taken again in one such interval are freed at the next
+
 
 @dataclass
 class SegmentMetrics:
