@@ -438,17 +438,23 @@ async def test_token(tmp_path: Path) -> None:
 # --- logport's own clients ---
 
 
-async def test_appender_reconnects_and_delivers_exactly_once(hub: Hub) -> None:
-    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", block_size=4096, linger=0.0005)
+@pytest.mark.parametrize(("block_size", "pad"), [
+    (4096, 0),
+    (256 * 1024, 1000),  # blocks of 64 KiB and more: received into the pool's reused buffers
+])
+async def test_appender_reconnects_and_delivers_exactly_once(hub: Hub, block_size: int, pad: int) -> None:
+    app = client.SegmentAppender("127.0.0.1", port_of(hub), "logs", block_size=block_size, linger=0.0005)
     await app.start()
     for i in range(3000):
-        await app.append(b"event-%05d" % i)
+        await app.append(b"event-%05d" % i + bytes([i % 251]) * pad)
         if i % 500 == 250:
             await asyncio.sleep(0.1)  # reconnect, let some of it go out, then cut the connection
             app.abort_connection()
     await app.close()
     assert app.reconnects >= 5
-    assert events_of(hub, "logs") == [b"event-%05d" % i for i in range(3000)]
+    assert events_of(hub, "logs") == [b"event-%05d" % i + bytes([i % 251]) * pad for i in range(3000)]
+    if pad:
+        assert hub.services["segment"].receive_pool.free_bytes > 0  # type: ignore[attr-defined]
 
 
 async def test_appender_back_pressure(hub: Hub) -> None:
