@@ -130,16 +130,20 @@ def client_main(spec: dict[str, Any]) -> None:
     print(json.dumps(result), flush=True)
 
 
-async def run_client(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run a client process. Started by subprocess (vfork), not by the loop's subprocess support
-    (uvloop forks): a fork makes every page of this process, the hub's, copy-on-write, and the hub
-    then takes a page fault for each page it writes again, the listener's reused receive buffers
-    among them, during the very run it measures."""
-    proc = await asyncio.to_thread(subprocess.run, [sys.executable, __file__, "--load", json.dumps(spec)],
-                                   stdout=subprocess.PIPE, check=False)
+def run_this_file(flag: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Run this file as `--load` (a client) or `--measure` (one configuration) in a process of its
+    own; its last line of output is its result. Started by subprocess (vfork), not by the loop's
+    subprocess support (uvloop forks): a fork makes every page of this process, the hub's,
+    copy-on-write, and the hub then takes a page fault for each page it writes again, the listener's
+    reused receive buffers among them, during the very run it measures."""
+    proc = subprocess.run([sys.executable, __file__, flag, json.dumps(spec)], stdout=subprocess.PIPE, check=False)
     if proc.returncode:
-        raise RuntimeError(f"client process failed ({proc.returncode}) for {spec}")
+        raise RuntimeError(f"{flag} process failed ({proc.returncode}) for {spec}")
     return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+
+
+async def run_client(spec: dict[str, Any]) -> dict[str, Any]:
+    return await asyncio.to_thread(run_this_file, "--load", spec)
 
 
 # --- the server side ---
@@ -299,13 +303,8 @@ def measure_in_a_process(work: Path, args: argparse.Namespace, size: int, append
     """`measure` in a process of its own, as JMH forks a JVM per benchmark: in one process that had run
     the cases before, this VM's page-cache copies got 2-5x slower on both sides as it went on (the
     store alone's writer thread: 0.10 s of CPU for 256 MiB in a fresh process, 0.19-0.47 s as the
-    last case of a whole run), and the 64 KiB x 8 ratios swung from 21% to 350% with it."""
-    spec = {"work": str(work), "size": size, "appenders": appenders, "args": vars(args)}
-    proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], stdout=subprocess.PIPE,
-                          check=False)
-    if proc.returncode:
-        raise RuntimeError(f"measuring {size} byte events x {appenders} failed ({proc.returncode})")
-    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+    last case of a whole run), and the 64 KiB x 8 medians swung from 21% to 253% with it."""
+    return run_this_file("--measure", {"work": str(work), "size": size, "appenders": appenders, "args": vars(args)})
 
 
 def run(args: argparse.Namespace) -> int:
