@@ -177,6 +177,15 @@ class StoreWriteFailed(StoreError):
     """A write or fsync failed (disk full, I/O error); nothing of it was acknowledged."""
 
 
+class DataDirectoryInUse(StoreError):
+    """Another process (a second hub) holds the data directory's lock: two writers would overwrite each other."""
+
+    def __init__(self, data_dir: str, holder: str) -> None:
+        super().__init__(f"data directory {data_dir} is in use by {holder}; stop it, or give this hub another "
+                         f"store.data_dir")
+        self.data_dir = data_dir
+
+
 # --- worker processes ---
 
 

@@ -46,3 +46,33 @@ async def test_send_forward_cli_fails_when_nobody_listens(tmp_path: Path) -> Non
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(b'{"a": 1}\n'), 60)
     assert proc.returncode == 1 and b"no server acknowledged" in err
+
+
+async def test_send_forward_cli_sends_a_line_that_is_not_json_as_a_message(tmp_path: Path) -> None:
+    """A bad line once made the sender stop, print `sent 2 events` and exit 0 with nothing stored, the
+    good line neither: it is sent as {"message": line}, as the Lumberjack and logjam senders do."""
+    config = forward_config(tmp_path)
+    async with running_hub(config) as hub:
+        proc = await asyncio.create_subprocess_exec(
+            LOGPORT, "send", "forward", "--server", f"127.0.0.1:{config.forward.port}",
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(b'{"message":"a"}\nnot json\n"a string"\n'), 30)
+        assert proc.returncode == 0, err.decode()
+        assert err.decode().strip() == "sent 3 events, all acknowledged"
+        got = [e[3] for e in await stored_events(hub)]
+        assert got == [{"message": "a"}, {"message": "not json"}, {"message": "a string"}]
+
+
+async def test_send_forward_cli_counts_what_was_acknowledged_when_it_fails(tmp_path: Path) -> None:
+    """An envelope whose time is no number fails the send (exit 1), after saying how many events were
+    acknowledged before it: the ones in the chunks sent until then."""
+    config = forward_config(tmp_path)
+    async with running_hub(config) as hub:
+        proc = await asyncio.create_subprocess_exec(
+            LOGPORT, "send", "forward", "--server", f"127.0.0.1:{config.forward.port}", "--batch", "1",
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = b'{"n": 1}\n{"record": {"n": 2}, "time": "soon"}\n{"n": 3}\n'
+        _, err = await asyncio.wait_for(proc.communicate(lines), 30)
+        assert proc.returncode == 1
+        assert "line 2: " in err.decode() and err.decode().rstrip().endswith("1 event acknowledged before that")
+        assert [e[3] for e in await stored_events(hub)] == [{"n": 1}]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import logging
 import math
 import os
@@ -23,6 +22,7 @@ from typing import Any
 
 from logport import tls as tls_contexts
 from logport.batch import pack_entries
+from logport.clients.lines import Acknowledged, record_from_line
 from logport.errors import AuthenticationError, LogportError, ProtocolError
 from logport.protocols import forward as fp
 
@@ -493,9 +493,11 @@ def sender_config(args: argparse.Namespace) -> SenderConfig:
                         password=args.password, hostname=args.hostname, tls=context, heartbeat=args.heartbeat)
 
 
-def parse_line(line: str, default_tag: str) -> tuple[str, int, int, Any]:
-    obj = json.loads(line)
-    if isinstance(obj, dict) and "record" in obj:
+def parse_line(line: bytes | str, default_tag: str) -> tuple[str, int, int, Any]:
+    """(tag, seconds, nanoseconds, record) of a line: an envelope `{"tag", "time" or "time_ns", "record"}`,
+    or a record (see lines.record_from_line: a line that is not JSON is sent as {"message": line})."""
+    obj = record_from_line(line)
+    if "record" in obj:
         tag = obj.get("tag") or default_tag
         if "time_ns" in obj:
             seconds, nanos = divmod(int(obj["time_ns"]), 1_000_000_000)
@@ -505,45 +507,45 @@ def parse_line(line: str, default_tag: str) -> tuple[str, int, int, Any]:
             nanos = min(round((t - seconds) * 1e9), 999_999_999)
         else:
             seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-        return str(tag), seconds, nanos, obj["record"]
+        record = obj["record"]
+        return str(tag), seconds, nanos, record if isinstance(record, dict) else {"message": record}
     seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-    return default_tag, seconds, nanos, obj if isinstance(obj, dict) else {"message": obj}
+    return default_tag, seconds, nanos, obj
 
 
-async def send_lines(args: argparse.Namespace, lines: Iterable[str]) -> int:
+async def send_lines(args: argparse.Namespace, lines: Iterable[bytes | str], progress: Acknowledged) -> None:
     config = sender_config(args)
-    sent = 0
     async with ForwardSender(config) as sender:
         pending: dict[str, list[tuple[int, int, Any]]] = {}
 
         async def flush(tag: str) -> None:
-            nonlocal sent
             events = pending.pop(tag, [])
             if events:
                 await sender.send(tag, events)
-                sent += len(events)
+                progress.events += len(events)
 
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 tag, seconds, nanos, record = parse_line(line, args.tag)
-            except (ValueError, TypeError) as e:
-                print(f"line {number}: not JSON: {e}", file=sys.stderr)
-                return 2
+            except (ValueError, TypeError, OverflowError) as e:  # an envelope whose time is not a number
+                raise SendFailed(f"line {number}: {e}; nothing after it was sent") from e
             pending.setdefault(tag, []).append((seconds, nanos, record))
             if len(pending[tag]) >= args.batch:
                 await flush(tag)
         for tag in list(pending):
             await flush(tag)
-    return sent
 
 
 def send_main(args: argparse.Namespace) -> int:
+    progress = Acknowledged()
+    what = "sent (no acks asked)" if args.no_ack else "acknowledged"
     try:
-        sent = asyncio.run(send_lines(args, sys.stdin))
+        asyncio.run(send_lines(args, sys.stdin.buffer, progress))
     except (SendFailed, LogportError, OSError) as e:
-        print(f"logport send forward: {e}", file=sys.stderr)
+        print(f"logport send forward: {e}; {progress} {what} before that", file=sys.stderr)
         return 1
-    print(f"sent {sent} events", file=sys.stderr)
+    print(f"sent {progress}, {'none acknowledged (--no-ack)' if args.no_ack else 'all acknowledged'}",
+          file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ import zmq
 import zmq.asyncio
 
 from logport import zmqcurve
+from logport.clients.lines import count, record_from_line
 from logport.errors import LogportError, RemoteProtocolError
 from logport.protocols import logjam as lj
 
@@ -115,14 +116,6 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: a fresh keypair")
 
 
-def parse_line(line: bytes) -> Any:
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return {"message": line.decode("utf-8", "replace").rstrip("\n")}
-    return value if isinstance(value, dict) else {"message": value}
-
-
 async def send_lines(args: argparse.Namespace, lines: IO[bytes]) -> int:
     producer = LogjamProducer(args.server, args.app_env, args.topic, compression=args.compression,
                               curve_server_key=args.curve_server_key, curve_secret_key=args.curve_secret_key)
@@ -133,7 +126,7 @@ async def send_lines(args: argparse.Namespace, lines: IO[bytes]) -> int:
         for line in lines:
             if not line.strip():
                 continue
-            record = parse_line(line)
+            record = record_from_line(line)
             if args.sync:
                 await producer.send_sync(record, timeout=args.timeout)
             else:
@@ -153,5 +146,6 @@ def send_main(args: argparse.Namespace) -> int:
     except (LogportError, OSError, zmq.ZMQError) as e:
         print(f"logport send logjam: {e}", file=sys.stderr)
         return 1
-    print(f"sent {sent} messages", file=sys.stderr)
+    print(f"sent {count(sent, 'message')}, all {'accepted' if args.sync else 'read by the device'}",
+          file=sys.stderr)
     return 0

@@ -16,11 +16,12 @@ import ssl
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from logport.clients.lines import Acknowledged, record_from_line
 from logport.errors import LogportError
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
@@ -317,17 +318,16 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-no-verify", action="store_true", help="do not verify the server certificate")
 
 
-def parse_line(line: bytes) -> Any:
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return {"message": line.decode("utf-8", "replace")}
-    return value if isinstance(value, dict) else {"message": value}
-
-
-async def send_lines(args: argparse.Namespace, lines: Any) -> int:
+async def send_lines(args: argparse.Namespace, lines: Any, acked: Acknowledged) -> None:
+    """Send stdin's lines as windows, counting the events of each window acknowledged in `acked`."""
     client = client_from_args(args)
-    sent = 0
+
+    def count_ack(n: int) -> Callable[[asyncio.Future[None]], None]:
+        def acknowledged(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                acked.events += n
+        return acknowledged
+
     try:
         batch: list[Any] = []
         futures = []
@@ -335,27 +335,32 @@ async def send_lines(args: argparse.Namespace, lines: Any) -> int:
             line = raw.rstrip(b"\r\n")
             if not line.strip():
                 continue
-            batch.append(parse_line(line))
+            batch.append(record_from_line(line))
             if len(batch) >= client.window_size:
-                futures.append(await client.send_window(batch))
-                sent += len(batch)
+                futures.append(future := await client.send_window(batch))
+                future.add_done_callback(count_ack(len(batch)))
                 batch = []
         if batch:
-            futures.append(await client.send_window(batch))
-            sent += len(batch)
+            futures.append(future := await client.send_window(batch))
+            future.add_done_callback(count_ack(len(batch)))
         await asyncio.gather(*futures)
     finally:
         await client.close()
-    print(f"sent {sent} events, all acknowledged", file=sys.stderr)
-    return 0
 
 
 def send_main(args: argparse.Namespace) -> int:
-    coro = send_lines(args, sys.stdin.buffer)
+    acked = Acknowledged()
+    coro = send_lines(args, sys.stdin.buffer, acked)
     if args.timeout:
         coro = asyncio.wait_for(coro, args.timeout)  # type: ignore[assignment]
     try:
-        return asyncio.run(coro)
+        asyncio.run(coro)
     except TimeoutError:
-        print(f"logport send lumberjack: not all events acknowledged within {args.timeout} s", file=sys.stderr)
+        print(f"logport send lumberjack: not all events acknowledged within {args.timeout} s;"
+              f" {acked} acknowledged", file=sys.stderr)
         return 1
+    except (LogportError, OSError) as e:
+        print(f"logport send lumberjack: {e}; {acked} acknowledged", file=sys.stderr)
+        return 1
+    print(f"sent {acked}, all acknowledged", file=sys.stderr)
+    return 0

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from logport import errors
 from logport.batch import BatchDecodeError, Entry, decode_batch
+from logport.clients.lines import count as events
 from logport.eventjson import write_events
 from logport.protocols import segment as sp
 from logport.store import frames
@@ -824,7 +825,7 @@ async def _send(args: argparse.Namespace, lines: IO[bytes]) -> int:
                 f"the server's ack level for connection {appender.connection_id} on segment {args.segment!r}"
                 f" is {stored}, but the input ends at connection offset {offset}: this is not the input that"
                 f" connection id sent before, or only part of it; nothing appended")
-    print(f"appended {count} events to {args.segment!r} ({skipped} stored before skipped);"
+    print(f"appended {events(count)} to {args.segment!r} ({skipped} stored before skipped);"
           f" connection {appender.connection_id} ack level {appender.ack_level}", file=sys.stderr)
     return 0
 

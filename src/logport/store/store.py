@@ -19,6 +19,7 @@ from logport.errors import (
 from logport.metrics import Metrics
 from logport.store import frames
 from logport.store.files import SEGMENTS_DIR, check_segment_name
+from logport.store.lock import DataDirectoryLock
 from logport.store.segment import (
     AppendResult,
     Buffer,
@@ -63,11 +64,17 @@ class SegmentStore:
                                           asyncio.Future[AppendResult]]]] = {}
         self._line_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._lock: DataDirectoryLock | None = None
 
     @classmethod
     async def open(cls, config: StoreConfig, metrics: Metrics | None = None) -> SegmentStore:
         store = cls(config, metrics)
-        await asyncio.get_running_loop().run_in_executor(None, store._open_all)
+        store._lock = DataDirectoryLock.acquire(config.data_dir)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, store._open_all)
+        except BaseException:
+            store._lock.release()
+            raise
         for segment in store._segments.values():
             segment.start()
             store._watch(segment)
@@ -293,5 +300,9 @@ class SegmentStore:
 
     async def close(self) -> None:
         self._closed = True
-        for segment in list(self._segments.values()):
-            await segment.close()
+        try:
+            for segment in list(self._segments.values()):
+                await segment.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
