@@ -6,6 +6,7 @@ Messages name the peer, the limit and the value, e.g.
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -177,6 +178,30 @@ class StoreWriteFailed(StoreError):
     """A write or fsync failed (disk full, I/O error); nothing of it was acknowledged."""
 
 
+class CorruptData(StoreError):
+    """Stored bytes that fail their checksum (or a v2 chunk's layout): never served as events."""
+
+    def __init__(self, name: str, start: int, end: int, path: str, reason: str) -> None:
+        super().__init__(f"segment {name!r}: bytes {start}..{end} of {path} are corrupt ({reason}); "
+                         f"nothing of that range is served (logport verify reports every such range)")
+        self.name = name
+        self.start = start
+        self.end = end
+        self.path = path
+        self.reason = reason
+
+    @classmethod
+    def from_message(cls, name: str, message: str) -> CorruptData | None:
+        """The error a hub's reply message describes (the segment protocol carries it as text), if it is this."""
+        found = _CORRUPT.search(message)
+        if found is None:
+            return None
+        return cls(name, int(found["start"]), int(found["end"]), found["path"], found["reason"])
+
+
+_CORRUPT = re.compile(r"bytes (?P<start>\d+)\.\.(?P<end>\d+) of (?P<path>.+?) are corrupt \((?P<reason>[^)]*)\)")
+
+
 class DataDirectoryInUse(StoreError):
     """Another process (a second hub) holds the data directory's lock: two writers would overwrite each other."""
 
@@ -195,3 +220,48 @@ class WorkerLost(LogportError):
 
 class WorkerError(LogportError):
     """What a worker raised, as text, when the exception itself could not be sent back."""
+
+
+# --- clients and the command line ---
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words ("connection refused"), not as an errno and an address tuple."""
+    import socket
+    import ssl
+
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port)"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror})"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: the server's certificate is not trusted ({exc.verify_message}; see --tls-ca, --tls-insecure)"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed ({exc.reason or exc}): does the server speak TLS?"
+    if isinstance(exc, TimeoutError):
+        return str(exc) or "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    return str(exc) or type(exc).__name__
+
+
+class ServerUnavailable(LogportError, ConnectionError):
+    """A client gave up on its server: it could not connect, or the server kept failing, for its retry time.
+    A ConnectionError too: what the clients raised for it before, and what a caller may catch."""
+
+    def __init__(self, peer: str, reason: str, *, waited: float | None = None, connected: bool = False) -> None:
+        head = f"{peer} kept failing" if connected else f"cannot connect to {peer}"
+        tail = f"; gave up after {waited:g} s" if waited else ""
+        super().__init__(f"{head}: {reason}{tail}")
+        self.peer = peer
+        self.reason = reason
+        self.waited = waited
+
+
+class DataDirectoryMissing(StoreError):
+    """A command that reads a data directory was pointed at one that does not exist."""
+
+    def __init__(self, data_dir: str) -> None:
+        super().__init__(f"data directory {data_dir} does not exist (give the hub's store.data_dir with --data-dir "
+                         f"or --config)")
+        self.data_dir = data_dir

@@ -20,10 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logport import tls as tls_contexts
 from logport.batch import pack_entries
+from logport.clients import flags
 from logport.clients.lines import Acknowledged, record_from_line
-from logport.errors import AuthenticationError, LogportError, ProtocolError
+from logport.errors import AuthenticationError, LogportError, ProtocolError, failure_reason
 from logport.protocols import forward as fp
 
 log = logging.getLogger("logport.forward.client")
@@ -64,6 +64,7 @@ class SenderConfig:
     ack_timeout: float = 30.0
     connect_timeout: float = 10.0
     retries: int = 5  # attempts per chunk, each on the next healthy server
+    retry_for: float | None = None  # and no new attempt once a chunk has been tried for this long
     retry_wait: float = 0.5  # doubles per attempt, at most 30 s
     recover_wait: float = 10.0  # a server that failed is not chosen again for this long (unless all failed)
     shared_key: str = ""
@@ -392,12 +393,19 @@ class ForwardSender:
     async def send_messages(self, messages: Sequence[tuple[bytes, str | bytes | None]]) -> None:
         cfg = self.config
         tried: set[int] = set()
-        last: BaseException | None = None
+        last = "the sender was closed"
+        began = time.monotonic()
+        attempts = 0
         for attempt in range(max(cfg.retries, 1)):
             if self._closed:
                 break
+            wait = min(cfg.retry_wait * 2 ** (attempt - 1), 30) * (attempt > 1)  # failover to the next: at once
+            if attempt and cfg.retry_for is not None and time.monotonic() + wait - began > cfg.retry_for:
+                break
+            await asyncio.sleep(wait)
             server = self.choose(tried if len(tried) < len(cfg.servers) else set())
             tried.add(id(server))
+            attempts += 1
             try:
                 link = await self._link(server)
                 await link.send(messages)
@@ -405,18 +413,20 @@ class ForwardSender:
                     link.close()
                 return
             except AuthenticationError as e:
-                last = e
+                last = f"{server}: {e}"
                 log.error("handshake failed: %s", e, extra={"peer": str(server)})
                 self.down_until[id(server)] = time.monotonic() + max(cfg.recover_wait, 30)
             except (OSError, TimeoutError, ProtocolError) as e:
-                last = e
-                log.warning("send failed, retrying: %s", e, extra={"peer": str(server), "attempt": attempt + 1})
+                last = f"{server}: {failure_reason(e) if str(e) else 'no answer within the connect timeout'}"
+                # each attempt is info: the caller reports the chunk's failure (SendFailed) once
+                log.info("send to %s failed, retrying: %s", server, last,
+                         extra={"peer": str(server), "attempt": attempt + 1})
                 self.down_until[id(server)] = time.monotonic() + cfg.recover_wait
                 stale = self.links.pop(id(server), None)
                 if stale is not None:
                     stale.close()
-            await asyncio.sleep(min(cfg.retry_wait * 2 ** attempt, 30) * (attempt > 0))
-        raise SendFailed(f"no server acknowledged the batch after {cfg.retries} attempts: {last}")
+        raise SendFailed(f"no server acknowledged the batch after {attempts} attempt{'s' if attempts != 1 else ''}"
+                         f" in {time.monotonic() - began:.1f} s; the last: {last}")
 
     # --- heartbeats feeding the failure detector ---
 
@@ -463,34 +473,37 @@ class ForwardSender:
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Read JSON lines from stdin and send them as Forward events. A line is a record, or "
                           '{"tag": ..., "time": seconds (float ok) or "time_ns": int, "record": {...}}.')
-    parser.add_argument("--server", action="append", default=[], help="host:port[:weight] (repeatable)")
-    parser.add_argument("--standby", action="append", default=[], help="standby host:port (repeatable)")
+    parser.add_argument("--server", action="append", default=[], metavar="HOST:PORT[:WEIGHT]",
+                        help=f"a server (repeatable; default: {ServerAddress()})")
+    parser.add_argument("--standby", action="append", default=[], metavar="HOST:PORT",
+                        help="a standby server, used when no other is healthy (repeatable)")
     parser.add_argument("--tag", default="logport.send", help="tag for lines without one")
     parser.add_argument("--mode", choices=[m.value for m in fp.Mode if m is not fp.Mode.JSON],
-                        default="PackedForward")
-    parser.add_argument("--compress", choices=["gzip", "zstd"], default="")
+                        default="PackedForward", help="carrier mode")
+    parser.add_argument("--compress", choices=["gzip", "zstd"], default="",
+                        help="compress each chunk (CompressedPackedForward)")
     parser.add_argument("--batch", type=int, default=1000, help="events per chunk")
     parser.add_argument("--no-ack", action="store_true", help="do not ask for acks")
-    parser.add_argument("--ack-timeout", type=float, default=30.0)
+    parser.add_argument("--ack-timeout", type=float, default=30.0, help="seconds to wait for a chunk's ack")
     parser.add_argument("--retries", type=int, default=5, help="attempts per chunk before giving up")
-    parser.add_argument("--shared-key", default="")
-    parser.add_argument("--username", default="")
-    parser.add_argument("--password", default="")
+    flags.add_timeout_argument(parser, "no server acknowledged a chunk")
+    parser.add_argument("--shared-key", default="", help="the server's shared_key (the handshake)")
+    parser.add_argument("--username", default="", help="user for the handshake")
+    parser.add_argument("--password", default="", help="password for the handshake")
     parser.add_argument("--hostname", default=socket.gethostname(), help="our hostname in the handshake")
-    parser.add_argument("--tls", action="store_true")
-    parser.add_argument("--tls-ca", default="")
-    parser.add_argument("--tls-insecure", action="store_true", help="do not verify the server certificate")
-    parser.add_argument("--heartbeat", choices=["none", "transport", "udp"], default="none")
+    flags.add_tls_arguments(parser)
+    parser.add_argument("--heartbeat", choices=["none", "transport", "udp"], default="none",
+                        help="how to tell a server is up between sends")
 
 
 def sender_config(args: argparse.Namespace) -> SenderConfig:
     servers = [ServerAddress.parse(s) for s in args.server] or [ServerAddress()]
     servers += [ServerAddress.parse(s, standby=True) for s in args.standby]
-    context = tls_contexts.client_context(args.tls_ca, verify=not args.tls_insecure) if args.tls else None
     compress = args.compress or ("gzip" if args.mode == "CompressedPackedForward" else "")
     return SenderConfig(servers=servers, mode=fp.Mode(args.mode), compress=compress, require_ack=not args.no_ack,
-                        ack_timeout=args.ack_timeout, retries=args.retries, shared_key=args.shared_key, username=args.username,
-                        password=args.password, hostname=args.hostname, tls=context, heartbeat=args.heartbeat)
+                        ack_timeout=args.ack_timeout, retries=args.retries, retry_for=flags.retry_for(args),
+                        shared_key=args.shared_key, username=args.username, password=args.password,
+                        hostname=args.hostname, tls=flags.tls_context(args), heartbeat=args.heartbeat)
 
 
 def parse_line(line: bytes | str, default_tag: str) -> tuple[str, int, int, Any]:

@@ -103,7 +103,8 @@ def _enc(value: str | None) -> bytes | None:
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Send JSON lines from stdin as logjam messages to a logjam-device's ROUTER "
                           "(one JSON object per line; other lines are sent as {\"message\": line}).")
-    parser.add_argument("--server", default=DEFAULT_ROUTER, help="ROUTER endpoint, tcp://HOST:PORT")
+    parser.add_argument("--server", default=DEFAULT_ROUTER, metavar="HOST:PORT",
+                        help="the device's ROUTER endpoint (HOST:PORT or a ZeroMQ endpoint, tcp://HOST:PORT)")
     parser.add_argument("--app-env", default="logport-production", help="application-environment")
     parser.add_argument("--topic", default="logs", help="logjam topic (logs.*, events.*, ...)")
     parser.add_argument("--compression", choices=list(lj.COMPRESSION_NAMES), default="none")
@@ -114,10 +115,18 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--curve-secret-key", default="",
                         help="our CurveZMQ secret key (Z85), for a device that lists allowed clients; "
                              "default: a fresh keypair")
+    # the other senders' TLS flags, hidden: ZeroMQ has no TLS, and using one says what to use instead
+    parser.add_argument("--tls", "--tls-insecure", dest="tls", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tls-ca", "--tls-cert", "--tls-key", dest="tls_file", default="", help=argparse.SUPPRESS)
+
+
+def endpoint(server: str) -> str:
+    """A ZeroMQ endpoint for --server: `HOST:PORT` means tcp://HOST:PORT."""
+    return server if "://" in server else f"tcp://{server}"
 
 
 async def send_lines(args: argparse.Namespace, lines: IO[bytes]) -> int:
-    producer = LogjamProducer(args.server, args.app_env, args.topic, compression=args.compression,
+    producer = LogjamProducer(endpoint(args.server), args.app_env, args.topic, compression=args.compression,
                               curve_server_key=args.curve_server_key, curve_secret_key=args.curve_secret_key)
     sent = 0
     try:
@@ -141,6 +150,10 @@ async def send_lines(args: argparse.Namespace, lines: IO[bytes]) -> int:
 
 
 def send_main(args: argparse.Namespace) -> int:
+    if args.tls or args.tls_file:
+        print("logport send logjam: ZeroMQ has no TLS; encrypt with CurveZMQ instead (--curve-server-key: the "
+              "device's public key)", file=sys.stderr)
+        return 2
     try:
         sent = asyncio.run(send_lines(args, sys.stdin.buffer))
     except (LogportError, OSError, zmq.ZMQError) as e:

@@ -21,8 +21,9 @@ from typing import Any
 
 import orjson
 
+from logport.clients import flags
 from logport.clients.lines import Acknowledged, record_from_line
-from logport.errors import LogportError
+from logport.errors import LogportError, ServerUnavailable, failure_reason
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
     V1,
@@ -35,11 +36,11 @@ from logport.protocols.lumberjack import (
     encode_json,
     encode_window,
 )
-from logport.tls import client_context
 
 log = logging.getLogger("logport.lumberjack.client")
 
 MAX_RECONNECT_DELAY = 30.0
+DEFAULT_PORT = 5044
 
 
 class ClientClosed(LogportError):
@@ -90,7 +91,7 @@ class _Wire(asyncio.Protocol):
         self.client = client
         self.proto = Connection(Role.CLIENT, peer=f"{client.host}:{client.port}")
         self.transport: asyncio.Transport | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
@@ -108,16 +109,20 @@ class _Wire(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.lost.done():
-            self.lost.set_result(None)
+            self.lost.set_result(exc)
 
 
 class LumberjackClient:
-    """Send windows to a Logstash-compatible server; `send` returns once they are acknowledged."""
+    """Send windows to a Logstash-compatible server; `send` returns once they are acknowledged.
+
+    It reconnects for ever, unless `retry_for` is set: after that many seconds without reaching the
+    server (or without an ack from it) every window waiting fails with ServerUnavailable.
+    """
 
     def __init__(self, host: str, port: int, *, version: int = 2, window_size: int = 2048,
                  compression_level: int = 3, windows_in_flight: int = 2, ack_timeout: float = 30.0,
                  ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None,
-                 reconnect_delay: float = 1.0) -> None:
+                 reconnect_delay: float = 1.0, retry_for: float | None = None) -> None:
         self.host = host
         self.port = port
         self.version = V1 if version in (1, V1) else V2
@@ -128,6 +133,8 @@ class LumberjackClient:
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname
         self.reconnect_delay = reconnect_delay
+        self.retry_for = retry_for
+        self.peer = f"{host}:{port}"
         self.inflight: deque[PendingWindow] = deque()  # sent (or to resend), oldest first
         self.connects = 0
         self.acks = 0  # non-zero acks received
@@ -138,6 +145,7 @@ class LumberjackClient:
         self._last_progress = time.monotonic()
         self._runner: asyncio.Task[None] | None = None
         self._closed = False
+        self._failed: ServerUnavailable | None = None  # gave up: retry_for passed
 
     # --- public ---
 
@@ -158,14 +166,12 @@ class LumberjackClient:
         return await self._send_items(items)
 
     async def _send_items(self, items: Sequence[Any]) -> asyncio.Future[None]:
-        if self._closed:
-            raise ClientClosed("lumberjack client is closed")
+        self._check_open()
         self._ensure_running()
         while len(self.inflight) >= self.windows_in_flight:
             self._space.clear()
             await self._space.wait()
-            if self._closed:
-                raise ClientClosed("lumberjack client is closed")
+            self._check_open()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         window = PendingWindow(items, future)
         if not items:
@@ -178,6 +184,12 @@ class LumberjackClient:
         if wire is not None and wire.transport is not None and not wire.lost.done():
             wire.transport.write(window.frames(self.version, self.level))
         return future
+
+    def _check_open(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise ClientClosed("lumberjack client is closed")
 
     async def flush(self) -> None:
         """Wait until everything sent so far is acknowledged."""
@@ -198,12 +210,19 @@ class LumberjackClient:
             except asyncio.CancelledError:
                 pass
         self._drop_wire()
+        self._fail_windows(ClientClosed("lumberjack client closed before the window was acknowledged"))
+
+    def _fail_windows(self, error: LogportError) -> None:
         for window in self.inflight:
             if not window.future.done():
-                window.future.set_exception(ClientClosed("lumberjack client closed before the window was acknowledged"))
-                window.future.exception()
+                window.future.set_exception(error)
+                window.future.exception()  # retrieved: a caller that stopped waiting gets no warning
         self.inflight.clear()
         self._space.set()
+
+    def _give_up(self, reason: str, connected: bool) -> None:
+        self._failed = ServerUnavailable(self.peer, reason, waited=self.retry_for, connected=connected)
+        self._fail_windows(self._failed)
 
     # --- acks ---
 
@@ -236,16 +255,27 @@ class LumberjackClient:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         delay = self.reconnect_delay
+        failing_since: float | None = None  # since when nothing got through (None: it works)
+        outage = False  # a lost connection was reported: the reconnects that follow are info, not warnings
         while not self._closed:
+            connect_timeout = max(self.ack_timeout, 5.0)
+            if self.retry_for is not None:
+                connect_timeout = min(connect_timeout, max(self.retry_for, 0.1))
             try:
                 _, wire = await asyncio.wait_for(loop.create_connection(
                     lambda: _Wire(self), self.host, self.port, ssl=self.ssl_context,
                     server_hostname=self.server_hostname if self.ssl_context else None,
-                ), timeout=max(self.ack_timeout, 5.0))
+                ), timeout=connect_timeout)
             except (TimeoutError, OSError, ssl.SSLError) as e:
-                log.warning("connecting failed", extra={"peer": f"{self.host}:{self.port}", "error": str(e),
-                                                        "retry_in": delay})
-                await asyncio.sleep(delay)
+                reason = failure_reason(e) if str(e) else f"no connection within {connect_timeout:g} s"
+                failing_since = failing_since or time.monotonic()
+                if self._out_of_time(failing_since):
+                    self._give_up(reason, connected=False)
+                    return
+                # each attempt is info: the outage is reported once (below, or as the error of giving up)
+                log.info(f"connecting to {self.peer} failed: {reason}; retrying in {delay:g} s",
+                         extra={"peer": self.peer, "error": reason, "retry_in": delay})
+                await asyncio.sleep(self._capped(delay, failing_since))
                 delay = min(delay * 2, MAX_RECONNECT_DELAY)
                 continue
             self._wire = wire
@@ -257,18 +287,42 @@ class LumberjackClient:
                 wire.transport.write(b"".join(w.frames(self.version, self.level) for w in self.inflight))
             self._connected.set()
             timed_out = await self._watch(wire)
+            lost = wire.lost.result() if wire.lost.done() else None
             self._drop_wire()
-            if timed_out:
-                log.warning("no ack in time, reconnecting", extra={"peer": f"{self.host}:{self.port}",
-                                                                   "limit": "ack_timeout", "value": self.ack_timeout})
-            elif not self._closed:
-                log.warning("connection lost, reconnecting", extra={"peer": f"{self.host}:{self.port}"})
-            else:
+            if self._closed:
                 return
+            progressed = self.acks > acks_before
+            if progressed:
+                failing_since, outage = None, False
+            failing_since = failing_since or time.monotonic()
+            if timed_out:
+                reason = f"no ack within ack_timeout {self.ack_timeout:g} s"
+            else:
+                reason = failure_reason(lost) if lost is not None else "it closed the connection"
+            if self.inflight and self._out_of_time(failing_since):
+                self._give_up(reason, connected=True)
+                return
+            windows = len(self.inflight)
+            extra: dict[str, Any] = {"peer": self.peer, "error": reason}
+            if timed_out:
+                extra.update(limit="ack_timeout", value=self.ack_timeout)
+            (log.info if outage else log.warning)(
+                f"{self.peer} went away ({reason}); reconnecting, then resending "
+                f"{windows} unacknowledged window{'s' if windows != 1 else ''}", extra=extra)
+            outage = True
             # a server that takes the connection but acknowledges nothing (say, it refuses a window
             # over its limits) is retried ever more slowly, like one that refuses connections
-            delay = self.reconnect_delay if self.acks > acks_before else min(delay * 2, MAX_RECONNECT_DELAY)
-            await asyncio.sleep(delay)
+            delay = self.reconnect_delay if progressed else min(delay * 2, MAX_RECONNECT_DELAY)
+            await asyncio.sleep(self._capped(delay, failing_since))
+
+    def _out_of_time(self, failing_since: float) -> bool:
+        return self.retry_for is not None and time.monotonic() - failing_since >= self.retry_for
+
+    def _capped(self, delay: float, failing_since: float) -> float:
+        """`delay`, but no later than retry_for allows: the last attempt comes when the time is up."""
+        if self.retry_for is None:
+            return delay
+        return max(0.0, min(delay, failing_since + self.retry_for - time.monotonic()))
 
     async def _watch(self, wire: _Wire) -> bool:
         """Wait until the connection is lost (False) or no ack came for ack_timeout with windows out (True)."""
@@ -284,13 +338,11 @@ class LumberjackClient:
 
 
 def client_from_args(args: argparse.Namespace) -> LumberjackClient:
-    ctx = None
-    if args.tls or args.tls_ca or args.tls_cert:
-        ctx = client_context(args.tls_ca, args.tls_cert, args.tls_key, verify=not args.tls_no_verify)
+    host, port = flags.server_address(args, DEFAULT_PORT)
     return LumberjackClient(
-        args.host, args.port, version=args.protocol_version, window_size=args.window_size,
+        host, port, version=args.protocol_version, window_size=args.window_size,
         compression_level=args.compression_level, windows_in_flight=args.windows_in_flight,
-        ack_timeout=args.ack_timeout, ssl_context=ctx,
+        ack_timeout=args.ack_timeout, ssl_context=flags.tls_context(args), retry_for=flags.retry_for(args),
     )
 
 
@@ -300,22 +352,17 @@ def client_from_args(args: argparse.Namespace) -> LumberjackClient:
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Send JSON lines from stdin as Beats events (one JSON object per line; "
                           "other lines are sent as {\"message\": line}). Exits once all are acknowledged.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=5044)
+    flags.add_server_argument(parser, f"127.0.0.1:{DEFAULT_PORT}", host_port_aliases=True)
     parser.add_argument("--protocol-version", type=int, choices=(1, 2), default=2,
                         help="2: J frames (Beats); 1: D frames, values sent as strings")
     parser.add_argument("--window-size", type=int, default=2048, help="events per window")
     parser.add_argument("--compression-level", type=int, default=3, choices=range(10), metavar="0-9",
                         help="zlib level; 0 sends frames uncompressed")
-    parser.add_argument("--windows-in-flight", type=int, default=2)
+    parser.add_argument("--windows-in-flight", type=int, default=2, help="windows sent before the first ack")
     parser.add_argument("--ack-timeout", type=float, default=30.0,
                         help="seconds without an ack (keep-alives count) before reconnecting")
-    parser.add_argument("--timeout", type=float, default=0.0, help="give up after this many seconds (0: never)")
-    parser.add_argument("--tls", action="store_true", help="connect with TLS")
-    parser.add_argument("--tls-ca", default="", help="CA bundle for the server certificate")
-    parser.add_argument("--tls-cert", default="", help="client certificate (PEM)")
-    parser.add_argument("--tls-key", default="", help="client key (PEM)")
-    parser.add_argument("--tls-no-verify", action="store_true", help="do not verify the server certificate")
+    flags.add_timeout_argument(parser, "the server cannot be reached, or acknowledges nothing,")
+    flags.add_tls_arguments(parser, insecure_alias="--tls-no-verify")
 
 
 async def send_lines(args: argparse.Namespace, lines: Any, acked: Acknowledged) -> None:
@@ -350,15 +397,8 @@ async def send_lines(args: argparse.Namespace, lines: Any, acked: Acknowledged) 
 
 def send_main(args: argparse.Namespace) -> int:
     acked = Acknowledged()
-    coro = send_lines(args, sys.stdin.buffer, acked)
-    if args.timeout:
-        coro = asyncio.wait_for(coro, args.timeout)  # type: ignore[assignment]
     try:
-        asyncio.run(coro)
-    except TimeoutError:
-        print(f"logport send lumberjack: not all events acknowledged within {args.timeout} s;"
-              f" {acked} acknowledged", file=sys.stderr)
-        return 1
+        asyncio.run(send_lines(args, sys.stdin.buffer, acked))
     except (LogportError, OSError) as e:
         print(f"logport send lumberjack: {e}; {acked} acknowledged", file=sys.stderr)
         return 1

@@ -7,25 +7,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import logging
 import socket
 import ssl as ssl_module
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import IO, Any
 
 from logport import errors
 from logport.batch import BatchDecodeError, Entry, decode_batch
+from logport.clients import flags
 from logport.clients.lines import count as events
 from logport.eventjson import write_events
 from logport.protocols import segment as sp
 from logport.store import frames
 from logport.store.reader import check_start, walk_frames
 
+log = logging.getLogger("logport.segment.client")
+
 DEFAULT_PORT = 12345
 READ_SIZE = 1024 * 1024
-
 
 
 class _FrameStitcher:
@@ -60,6 +63,10 @@ class AcknowledgedDataLost(errors.LogportError):
     """The server's ack level went backwards: data it had acknowledged is gone (fsync off, disk lost)."""
 
 
+class SendStopped(errors.LogportError):
+    """`logport send segment` gave up part-way: the same input with the same --connection-id appends the rest."""
+
+
 class InputDoesNotResume(errors.LogportError):
     """`logport send segment --connection-id`: the input does not line up with what the server stored for the id."""
 
@@ -76,16 +83,15 @@ def reply_error(reply: sp.Message) -> errors.LogportError:
         return errors.InvalidSegmentName(reply.segment, reply.reason)
     if isinstance(reply, sp.AuthenticationFailed):
         return errors.AuthenticationError(f"segment server: {reply.message}")
+    if isinstance(reply, sp.OperationFailed):  # a read of corrupt data on the hub names its range
+        corrupt = errors.CorruptData.from_message(reply.segment, reply.message)
+        if corrupt is not None:
+            return corrupt
     return SegmentRequestFailed(reply)
 
 
 def parse_server(server: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    host, sep, port = server.rpartition(":")
-    if not sep:
-        return server, default_port
-    if not port.isdigit():
-        raise errors.ConfigError(f"server {server!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    return flags.parse_server(server, default_port)
 
 
 # --- a blocking client (plain sockets): the Spark data source reads a hub with it ---
@@ -155,7 +161,12 @@ class BlockingSegmentClient:
         parts: list[bytes] = []
         got = 0
         while True:
-            reply = self._receive()
+            try:
+                reply = self._receive()
+            except errors.CorruptData:
+                if got:  # what came before the corrupt range is sound; the next read raises again
+                    return b"".join(parts), False, False
+                raise
             if not isinstance(reply, sp.SegmentRead) or reply.segment != name or reply.offset != offset + got:
                 raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {reply!r:.200}")
             parts.append(reply.data)
@@ -289,15 +300,23 @@ class _ClientProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
+    @property
+    def is_closing(self) -> bool:
+        """The connection is gone, or going (connection_lost may not have run yet): write nothing more."""
+        return self.closed or self.transport is None or self.transport.is_closing()
+
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.transport is None or self.closed:
             raise ConnectionError("not connected")
-        self.transport.write(data)
+        # a transport already closing drops it: connection_lost comes next (asyncio would log each write)
+        if not self.transport.is_closing():
+            self.transport.write(data)
 
     def writelines(self, parts: list[bytes]) -> None:
         if self.transport is None or self.closed:
             raise ConnectionError("not connected")
-        self.transport.writelines(parts)
+        if not self.transport.is_closing():
+            self.transport.writelines(parts)
 
     def send(self, message: sp.Message) -> None:
         self.write(self.conn.send(message))
@@ -364,6 +383,7 @@ class SegmentAppender:
         self._closing = False
         self._set_up = False  # the current session got its AppendSetup
         self._setup_level: int | None = None  # the ack level it started from
+        self._loss_reported = False  # the loss of the last session that was set up was logged
 
     async def start(self) -> SegmentAppender:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -446,6 +466,10 @@ class SegmentAppender:
 
     # -- the connection loop --
 
+    @property
+    def peer(self) -> str:
+        return f"{self.host}:{self.port}"
+
     async def _run(self) -> None:
         delay = self.reconnect_delay
         failing_since: float | None = None
@@ -458,6 +482,18 @@ class SegmentAppender:
                 self._fail(e)
                 return
             except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError, SegmentRequestFailed) as e:
+                reason = errors.failure_reason(e)
+                if self._set_up and self.ack_level != self._setup_level:
+                    self._loss_reported = False  # that session got something stored: this is a new outage
+                if self._set_up and not self._loss_reported:
+                    self._loss_reported = True  # until a session stores something again, the retries are info
+                    what = "refused a block" if isinstance(e, SegmentRequestFailed) else "went away"
+                    log.warning(f"segment server {self.peer} {what} ({reason}); reconnecting, then resending"
+                                f" the {self._unacked_bytes:,} bytes it had not acknowledged (it stores none twice)",
+                                extra={"peer": self.peer, "error": reason})
+                else:
+                    log.info(f"segment server {self.peer}: {reason}; retrying",
+                             extra={"peer": self.peer, "error": reason})
                 # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
                 refused = self._set_up and isinstance(e, SegmentRequestFailed) and self.ack_level == self._setup_level
                 if self._set_up and not refused:  # that session worked: start the back-off afresh
@@ -473,7 +509,8 @@ class SegmentAppender:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.retry_for:
-                    self._fail(ConnectionError(f"segment server unreachable or failing for {self.retry_for:g}s: {e}"))
+                    self._fail(errors.ServerUnavailable(f"segment server {self.peer}", reason, waited=self.retry_for,
+                                                        connected=self._set_up))
                     return
             except errors.LogportError as e:  # an error reply no retry can fix
                 self._fail(e)
@@ -516,6 +553,9 @@ class SegmentAppender:
         self._resume_from(reply.ack_level)
         self._set_up = True
         self._setup_level = self.ack_level
+        if self._loss_reported:
+            log.info(f"segment server {self.peer} is back; resending from connection offset {reply.ack_level}",
+                     extra={"peer": self.peer})
         self._sent = 0
         self._sent_offset = reply.ack_level
         lost = self._lost
@@ -531,6 +571,11 @@ class SegmentAppender:
                 await asyncio.wait({waiter, lost}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 continue
+            if protocol.is_closing:
+                # a write found the connection gone: the rest of the blocks would go nowhere (each one a
+                # `socket.send() raised exception.` from asyncio); connection_lost tells why
+                await lost
+                break
             if not protocol.can_write.is_set():
                 waiter = loop.create_task(protocol.can_write.wait())
                 await asyncio.wait({waiter, lost}, return_when=asyncio.FIRST_COMPLETED)
@@ -723,12 +768,40 @@ class SegmentReader:
 
     async def _reconnect(self) -> None:
         await self.close()
+        await self.connect_retrying(None)
+
+    async def connect_retrying(self, retry_for: float | None) -> SegmentReader:
+        """connect(), again and again (0.2 s apart, then up to 2 s) until it works; after `retry_for` seconds
+        (None: never) ServerUnavailable says why the last attempt failed."""
+        began = time.monotonic()
+        delay = 0.2
         while True:
             try:
-                await self.connect()
+                return await self.connect()
+            except (ConnectionError, OSError, TimeoutError) as e:
+                left = None if retry_for is None else began + retry_for - time.monotonic()
+                if left is not None and left <= 0:
+                    reason = errors.failure_reason(e) if str(e) else f"no connection within {self.connect_timeout:g} s"
+                    raise errors.ServerUnavailable(f"segment server {self.host}:{self.port}", reason,
+                                                   waited=retry_for) from None
+                await asyncio.sleep(delay if left is None else min(delay, left))
+                delay = min(delay * 2, 2.0)
+
+    async def wait_for_segment(self, segment: str, waiting: Callable[[], None], poll: float = 0.5) -> None:
+        """Return once `segment` exists on the server; `waiting` is called once if it does not yet."""
+        told = False
+        while True:
+            try:
+                await self.info(segment)
                 return
-            except (ConnectionError, OSError, TimeoutError):
-                await asyncio.sleep(0.2)
+            except errors.NoSuchSegment:
+                if not told:
+                    waiting()
+                    told = True
+            except (ConnectionError, TimeoutError):
+                await self._reconnect()
+                continue
+            await asyncio.sleep(poll)
 
     async def events(self, segment: str, offset: int | None = None, *, follow: bool = False,
                      wait: float = 30.0) -> AsyncIterator[tuple[int, memoryview]]:
@@ -759,46 +832,68 @@ class SegmentReader:
 # --- the CLI ---
 
 
-def _check_start(host: str, port: int, segment: str, offset: int) -> None:
-    client = BlockingSegmentClient(host, port)
+def _check_start(host: str, port: int, segment: str, offset: int, ssl: ssl_module.SSLContext | None) -> None:
+    client = BlockingSegmentClient(host, port, ssl=ssl)
     try:
         client.check_start(segment, offset)
     finally:
         client.close()
 
 
-async def cat_from_server(server: str, segment: str, offset: int | None, follow: bool, out: IO[str]) -> int:
-    """`logport cat --server HOST:PORT SEGMENT`: print the events as JSON lines."""
+async def cat_from_server(server: str, segment: str, offset: int | None, follow: bool, out: IO[str], *,
+                          timeout: float | None = flags.DEFAULT_TIMEOUT, ssl: ssl_module.SSLContext | None = None,
+                          say: Callable[[str], None] | None = None) -> int:
+    """`logport cat --server HOST:PORT SEGMENT`: print the events as JSON lines. Connecting is retried for
+    `timeout` seconds (None: for ever); with `follow`, a segment not created yet is waited for (`say` tells so
+    once, on stderr by default)."""
     host, port = parse_server(server)
-    if offset is not None:
-        await asyncio.to_thread(_check_start, host, port, segment, offset)
-    async with SegmentReader(host, port) as reader:
+    reader = SegmentReader(host, port, ssl=ssl)
+    await reader.connect_retrying(timeout)
+    try:
+        if follow:
+            tell = say or (lambda text: print(text, file=sys.stderr, flush=True))
+            await reader.wait_for_segment(
+                segment, lambda: tell(f"waiting for segment {segment!r} to be created on {host}:{port}"))
+        if offset is not None:
+            try:
+                await asyncio.to_thread(_check_start, host, port, segment, offset, ssl)
+            except OSError as e:
+                raise errors.ServerUnavailable(f"segment server {host}:{port}", errors.failure_reason(e)) from None
         async for frame_offset, body in reader.events(segment, offset, follow=follow):
             write_events(out, segment, frame_offset, body)
+    finally:
+        await reader.close()
     return 0
 
 
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Append each line of stdin to a segment as one opaque event, exactly once."
     parser.add_argument("segment", help="segment to append to (created if missing)")
-    parser.add_argument("--server", default=f"127.0.0.1:{DEFAULT_PORT}", help="HOST:PORT of the hub")
+    flags.add_server_argument(parser, f"127.0.0.1:{DEFAULT_PORT}")
     parser.add_argument("--connection-id", type=uuid.UUID, default=None,
-                        help="UUID of this appender; re-run with the same id and the same input to resume"
-                             " exactly once after a crash (the lines already stored are skipped)")
+                        help="UUID of this appender (default: a new one); re-run with the same id and the same"
+                             " input to resume exactly once after a crash (the lines already stored are skipped)")
     parser.add_argument("--token", default="", help="the server's segment.token")
-    parser.add_argument("--tls", action="store_true", help="connect with TLS")
-    parser.add_argument("--ca", default="", help="CA bundle to verify the server with")
-    parser.add_argument("--insecure", action="store_true", help="do not verify the server's certificate")
+    flags.add_timeout_argument(parser, "the hub cannot be reached, or refuses every block,")
+    flags.add_tls_arguments(parser, ca_alias="--ca", insecure_alias="--insecure")
     parser.add_argument("--block-size", type=int, default=1024 * 1024, help="bytes per append block")
 
 
 async def _send(args: argparse.Namespace, lines: IO[bytes]) -> int:
-    from logport.tls import client_context
-
     host, port = parse_server(args.server)
-    ctx = client_context(args.ca, verify=not args.insecure) if args.tls or args.ca else None
-    appender = SegmentAppender(host, port, args.segment, connection_id=args.connection_id, ssl=ctx,
-                               token=args.token, block_size=args.block_size, retry_for=30.0)
+    appender = SegmentAppender(host, port, args.segment, connection_id=args.connection_id,
+                               ssl=flags.tls_context(args), token=args.token, block_size=args.block_size,
+                               retry_for=args.timeout if args.timeout > 0 else float("inf"))
+    try:
+        return await _append_lines(args, appender, lines)
+    except errors.ServerUnavailable as e:
+        if appender.ack_level is None:  # never set up: nothing appended
+            raise
+        raise SendStopped(f"{e}; run it again with --connection-id {appender.connection_id} and the same input"
+                          f" to append the rest exactly once") from None
+
+
+async def _append_lines(args: argparse.Namespace, appender: SegmentAppender, lines: IO[bytes]) -> int:
     count = skipped = 0
     async with appender:
         # a reused connection id: the server holds the events of the input up to its ack level (an earlier run
@@ -825,10 +920,14 @@ async def _send(args: argparse.Namespace, lines: IO[bytes]) -> int:
                 f"the server's ack level for connection {appender.connection_id} on segment {args.segment!r}"
                 f" is {stored}, but the input ends at connection offset {offset}: this is not the input that"
                 f" connection id sent before, or only part of it; nothing appended")
-    print(f"appended {events(count)} to {args.segment!r} ({skipped} stored before skipped);"
+    print(f"appended {events(count)} to {args.segment!r} (skipped {events(skipped)} stored before);"
           f" connection {appender.connection_id} ack level {appender.ack_level}", file=sys.stderr)
     return 0
 
 
 def send_main(args: argparse.Namespace) -> int:
-    return asyncio.run(_send(args, sys.stdin.buffer))
+    try:
+        return asyncio.run(_send(args, sys.stdin.buffer))
+    except (errors.LogportError, OSError) as e:
+        print(f"logport send segment: {e}", file=sys.stderr)
+        return 1

@@ -322,6 +322,41 @@ def declared_frame_size(head: bytes) -> int | None:
     return pos + entries[0] + entries[1]
 
 
+def msgpack_failure(e: Exception, pos: int, byte: int | None) -> str:
+    """What msgpack found wrong at stream offset `pos` (its exceptions mostly carry no text at all)."""
+    if isinstance(e, msgpack.StackError):
+        return f"values nested deeper than msgpack's limit at offset {pos}"
+    if isinstance(e, msgpack.FormatError):
+        return f"byte {byte:#04x} at offset {pos} is not valid msgpack" if byte is not None else \
+            f"a byte that is not valid msgpack at offset {pos}"
+    return f"{e or type(e).__name__} at offset {pos}"
+
+
+_HTTP_METHODS = frozenset([b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE"])
+_FOREIGN_STARTS = (*(method + b" " for method in _HTTP_METHODS), b"\x16\x03")
+
+
+def _may_turn_foreign(opening: bytes) -> bool:
+    """The first bytes are too few to tell, but may begin what foreign_protocol knows (b"G" of b"GET ")."""
+    return any(len(opening) < len(start) and start.startswith(opening) for start in _FOREIGN_STARTS)
+
+
+def foreign_protocol(opening: bytes) -> str | None:
+    """What a connection's first bytes are, in words, when they are another protocol that Forward ports
+    meet (an HTTP request: Fluent Bit's and Fluentd's http outputs; a TLS handshake to a port without TLS)."""
+    method, space, rest = opening.partition(b" ")
+    if space and method in _HTTP_METHODS:
+        target = rest.split(b" ", 1)[0].split(b"\r", 1)[0].decode("ascii", "replace")
+        target = target if len(target) <= 60 else target[:57] + "..."
+        request = f"{method.decode()} {target}" if target else method.decode()
+        return (f"this looks like HTTP ({request}): the Forward port speaks Fluentd's msgpack protocol, not HTTP "
+                f"(use a forward output, not http)")
+    if opening[:1] == b"\x16" and opening[1:2] == b"\x03":
+        return ("this looks like a TLS handshake, and this Forward port has no TLS (forward.tls.cert and "
+                "forward.tls.key): connect without TLS, or configure them")
+    return None
+
+
 # --- encoding (client side, and the server's own replies) ---
 
 
@@ -410,6 +445,9 @@ class ServerConnection:
         self._frame_start = 0  # stream offset where the frame being received starts
         self._last_piece = b""
         self._head: bytes | None = b""  # first bytes of the frame being received (None: not known)
+        self._opening = b""  # the connection's first bytes: what it speaks, if not Forward (foreign_protocol)
+        self._started = False  # an event came: the peer speaks Forward
+        self._deferred: RemoteProtocolError | None = None  # raised once the first bytes tell what the peer speaks
         self._json: bool | None = None  # decided by the first byte of the connection
         self._scan = (0, 0, False, False)  # JSON mode: (position, depth, in a string, after a backslash)
 
@@ -418,6 +456,8 @@ class ServerConnection:
     def receive_data(self, data: bytes) -> None:
         if self.state is ServerState.CLOSED:
             raise ForwardProtocolError("data after the connection was closed", peer=self.peer)
+        if len(self._opening) < _HEAD:
+            self._opening += bytes(data[:_HEAD - len(self._opening)])
         if self._json is False and not self._buffer and not self._direct:
             self._direct = bytes(data)  # the common case: straight to msgpack, no copy into the buffer
             return
@@ -432,6 +472,10 @@ class ServerConnection:
         return len(self._direct) + len(self._buffer) + self._fed - self._frame_start
 
     def next_event(self) -> EventBatch | Heartbeat | Ping | Any:
+        if self._deferred is not None:
+            if _may_turn_foreign(self._opening):
+                return NEED_DATA
+            raise self._failed(self._deferred)
         if self._json is None:
             first = self._buffer.peek_byte()
             if first is None:
@@ -439,20 +483,26 @@ class ServerConnection:
             self._json = first in (0x7B, 0x5B) and self.state is ServerState.READY
         try:
             obj = self._next_json() if self._json else self._next_msgpack()
-        except RemoteProtocolError as e:
-            e.peer = e.peer or self.peer
-            self.state = ServerState.CLOSED
-            raise
-        if obj is NEED_DATA:
-            return NEED_DATA
-        try:
+            if obj is NEED_DATA:
+                return NEED_DATA
             event = self._interpret(obj)
             self.state = self._next_state(type(event).__name__)
-            return event
         except RemoteProtocolError as e:
-            e.peer = e.peer or self.peer
-            self.state = ServerState.CLOSED
-            raise
+            if not self._started and isinstance(e, ForwardProtocolError) and _may_turn_foreign(self._opening):
+                self._deferred = e  # b"G" may be the start of b"GET /": the next bytes tell which error it is
+                return NEED_DATA
+            raise self._failed(e) from None
+        self._started = True
+        return event
+
+    def _failed(self, e: RemoteProtocolError) -> RemoteProtocolError:
+        """The connection is closed; the error names the peer, and says what it speaks if it is no Forward."""
+        self.state = ServerState.CLOSED
+        foreign = foreign_protocol(self._opening) if not self._started else None
+        if foreign and isinstance(e, ForwardProtocolError):
+            e = ForwardProtocolError(foreign)
+        e.peer = e.peer or self.peer
+        return e
 
     def _next_state(self, happened: str) -> ServerState:
         try:
@@ -488,12 +538,18 @@ class ServerConnection:
                     self._head += piece[:_HEAD - len(self._head)]
                 continue
             except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
-                raise ForwardProtocolError(f"invalid msgpack: {e}") from None
+                raise ForwardProtocolError(f"invalid msgpack: {self._msgpack_error(e)}") from None
             self._frame_start = up.tell()
             left = self._fed - self._frame_start  # the next frame's first bytes, at the end of the last piece
             last = self._last_piece
             self._head = last[len(last) - left:][:_HEAD] if left <= len(last) else None
             return obj
+
+    def _msgpack_error(self, e: Exception) -> str:
+        pos = self._unpacker.tell()  # where it stopped: the offending byte
+        last = self._last_piece
+        first_of_last = self._fed - len(last)
+        return msgpack_failure(e, pos, last[pos - first_of_last] if first_of_last <= pos < self._fed else None)
 
     def _next_json(self) -> Any:
         """One top-level JSON array or object: brackets are matched (outside strings) to find its end."""
@@ -624,7 +680,8 @@ class ServerConnection:
         before it, a short PING, wrong field types) is a Ping with `error`, not a protocol error: as in Fluentd,
         the peer gets PONG false with a reason, and the listener counts it as a failed handshake."""
         if not (isinstance(obj, list) and len(obj) == 6 and obj[0] == "PING"):
-            return Ping("", "", "", error=f"expected PING, got {brief(obj)}")
+            foreign = foreign_protocol(self._opening) if not self._started else None
+            return Ping("", "", "", error=foreign or f"expected PING, got {brief(obj)}")
         _, hostname, salt, key_digest, username, password_digest = obj
         if not (isinstance(hostname, str) and isinstance(salt, str | bytes) and isinstance(key_digest, str | bytes)):
             return Ping(hostname if isinstance(hostname, str) else "", "", "",
@@ -733,7 +790,8 @@ class ClientConnection:
         except msgpack.OutOfData:
             return NEED_DATA
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
-            raise ForwardProtocolError(f"invalid msgpack from the server: {e}", peer=self.peer) from None
+            raise ForwardProtocolError(f"invalid msgpack from the server: {msgpack_failure(e, self._unpacker.tell(), None)}",
+                                       peer=self.peer) from None
         if isinstance(obj, list) and obj and obj[0] == "HELO":
             kind = "Helo"
         elif isinstance(obj, list) and obj and obj[0] == "PONG":
