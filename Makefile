@@ -34,6 +34,9 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c)
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gcc; }
 	@$(BIN)/python -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
 		2>/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-dev; }
+	@# the power-loss tests' FUSE file system (tests/powerloss): pyfuse3 builds against libfuse3
+	@pkg-config --exists fuse3 2>/dev/null && command -v fusermount3 >/dev/null \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q fuse3 libfuse3-dev pkg-config; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@

@@ -222,9 +222,10 @@ def run(args: argparse.Namespace) -> int:
                                                      window=args.window))[0])
             if not args.skip_node:
                 fss.append(fluent_server_run(args))
-            elapsed, lat = run_async(lambda: store_append(work / "store", 65536, writers, args.store_mib * 2**20,
-                                                          "always"))
-            stores.append(len(lat) * 65536 / elapsed / 1e6)
+            spec = {"frame": 65536, "writers": writers, "total": args.store_mib * 2**20, "fsync": "always",
+                    "mode": "default", "chunk_mib": 64}
+            done = run_async(lambda s=spec: store_append(work / "store", s))  # type: ignore[misc]
+            stores.append(len(done["latencies"]) * 65536 / done["seconds"] / 1e6)
         lp = _median_run(lps)
         fs = _median_run(fss) if fss else None
         store_mbs = statistics.median(stores)

@@ -1,26 +1,33 @@
 """Store appends with fsync=always (1 KiB and 64 KiB frames; 1, 4, 16 writers) beside the disk's raw rate.
 
-The raw figure writes the same total in the same frame-sized pieces with plain
-os.write and one fdatasync at the end, on the same filesystem, in the same run.
+Each store case runs in a process of its own, once per chunk mode, in alternating order (`--repeat`):
+`recycled` (every roll takes a chunk that retention dropped: blocks allocated and written, so a commit's
+fdatasync commits no journal), `fresh` (the next chunk written ahead with zeros in the background while
+the appends run: the second write of every byte that pre-writing costs without retention), `none` (new
+chunk files, every commit appends); and, with `--baseline REV`, the store of that git revision (format
+v1 before f034c9a's successor) in the same run. The raw figure writes the same total in the same
+frame-sized pieces with plain os.write and one fdatasync at the end, on the same filesystem.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, median, percentile, run_async, table  # noqa: E402
 
-from logport.config import StoreConfig  # noqa: E402
-from logport.store import SegmentStore  # noqa: E402
-
 MiB = 1024 * 1024
+MODES = ("recycled", "fresh", "none")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mib-small", type=int, default=16, help="MiB appended per case for frames < 64 KiB")
     p.add_argument("--mib-large", type=int, default=256, help="MiB appended per case for 64 KiB frames")
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    p.add_argument("--modes", default=",".join(MODES), help="chunk modes of this code: " + ", ".join(MODES))
+    p.add_argument("--baseline", default="", help="a git revision whose store runs beside, e.g. HEAD~5")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each case (medians), order alternating")
+    p.add_argument("--chunk-mib", type=int, default=64, help="store.chunk_size in MiB")
+    p.add_argument("--measure", default="", help=argparse.SUPPRESS)
 
 
 def raw_write(path: Path, frame: int, total: int, sync_every: int = 0) -> float:
@@ -51,56 +63,133 @@ def raw_write(path: Path, frame: int, total: int, sync_every: int = 0) -> float:
     return elapsed
 
 
-async def store_append(root: Path, frame: int, writers: int, total: int, fsync: str) -> tuple[float, list[float]]:
-    """(seconds, per-append latencies) to append `total` bytes of `frame`-byte events from `writers` tasks."""
-    shutil.rmtree(root, ignore_errors=True)
-    store = await SegmentStore.open(StoreConfig(data_dir=str(root), fsync=fsync))  # type: ignore[arg-type]
-    body = os.urandom(frame - 8)  # the 8-byte frame header makes it a `frame`-byte frame
-    per_writer = max(1, total // frame // writers)
-    latencies: list[float] = []
-    await store.create("bench")
+def store_config(root: Path, spec: dict[str, Any]) -> Any:
+    from logport.config import StoreConfig
 
-    async def one_writer() -> None:
+    config = StoreConfig(data_dir=str(root), fsync=spec["fsync"], chunk_size=spec["chunk_mib"] * MiB)
+    mode = spec["mode"]
+    if mode not in ("baseline", "default"):  # the keys below are format v2's; "default": the store as configured
+        config.prewrite_chunks = mode == "fresh"
+        config.spare_chunks = {"recycled": 4, "fresh": 2, "none": 0}[mode]
+    return config
+
+
+async def store_append(root: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Append `total` bytes of `frame`-byte events from `writers` tasks: seconds, latencies, CPU seconds."""
+    import asyncio
+
+    from logport.store import SegmentStore
+
+    frame, writers, total = spec["frame"], spec["writers"], spec["total"]
+    shutil.rmtree(root, ignore_errors=True)
+    config = store_config(root, spec)
+    store = await SegmentStore.open(config)
+    pool = os.urandom(64 * MiB)
+    per_writer = max(1, total // frame // writers)
+    await store.create("bench")
+    # untimed, in 1 MiB appends: past the first chunk, so that the timed appends go where each mode's steady
+    # state has them: a recycled chunk (two passes, each then dropped by a truncation, as retention drops
+    # them), a chunk written ahead (the next being written meanwhile), a new file (none; and v1)
+    for _ in range({"recycled": 2, "default": 0}.get(spec["mode"], 1)):
+        for i in range(config.chunk_size // MiB + 1):
+            at = (i * MiB) % (len(pool) - MiB)
+            await store.append("bench", [memoryview(pool)[at : at + MiB - 8]])
+        if spec["mode"] == "recycled":
+            await store.truncate("bench", store.info("bench").end_offset)
+    latencies: list[float] = []
+
+    async def one_writer(w: int) -> None:
+        at = (w * 7919 * frame) % (len(pool) - frame)
         for _ in range(per_writer):
+            body = memoryview(pool)[at : at + frame - 8]  # the 8-byte frame header makes it a `frame`-byte frame
+            at = (at + frame) % (len(pool) - frame)
             t0 = time.perf_counter()
             await store.append("bench", [body])
             latencies.append(time.perf_counter() - t0)
 
-    import asyncio
-
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    await asyncio.gather(*(one_writer() for _ in range(writers)))
+    await asyncio.gather(*(one_writer(w) for w in range(writers)))
     elapsed = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     await store.close()
     shutil.rmtree(root, ignore_errors=True)
-    return elapsed, latencies
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    return {"seconds": elapsed, "latencies": latencies, "cpu": cpu}
+
+
+def measure_in_process(spec: dict[str, Any], pythonpath: str) -> dict[str, Any]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], stdout=subprocess.PIPE,
+                          env=env, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"measuring {spec} failed ({proc.returncode})")
+    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+
+
+def baseline_tree(revision: str, where: Path) -> Path:
+    """The source of `revision` in a git worktree under `where` (removed by the caller)."""
+    repo = Path(__file__).resolve().parents[1]
+    tree = where / "baseline"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), revision], check=True)
+    return tree
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.measure:
+        spec = json.loads(args.measure)
+        print(json.dumps(run_async(lambda: store_append(Path(spec["root"]), spec))), flush=True)
+        return 0
     base = Path(args.dir or "bench-out")
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=base))
+    modes = [m for m in args.modes.split(",") if m]
+    codes: list[tuple[str, str, str]] = [(m, m, "") for m in modes]  # (label, mode, PYTHONPATH)
+    tree = None
+    if args.baseline:
+        tree = baseline_tree(args.baseline, work)
+        codes.append((f"{args.baseline} (v1)", "baseline", str(tree / "src")))
     header(f"store: appends with fsync={args.fsync} beside raw write+fdatasync, {work}")
     rows = []
     try:
         for frame in (int(s) for s in args.sizes.split(",")):
             total = (args.mib_large if frame >= 65536 else args.mib_small) * MiB
-            raw_s = raw_write(work / "raw", frame, total)
-            raw_mbs = total / raw_s / 1e6
+            raw_mbs = total / raw_write(work / "raw", frame, total) / 1e6
             for writers in (int(w) for w in args.writers.split(",")):
-                elapsed, lat = run_async(lambda f=frame, w=writers, t=total: store_append(work / "store", f, w, t, args.fsync))
+                runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in codes}
+                for r in range(args.repeat):
+                    for label, mode, path in codes if r % 2 == 0 else list(reversed(codes)):
+                        spec = {"root": str(work / "store"), "frame": frame, "writers": writers, "total": total,
+                                "fsync": args.fsync, "mode": mode, "chunk_mib": args.chunk_mib}
+                        runs[label].append(measure_in_process(spec, path))
                 grouped_mbs = total / raw_write(work / "raw", frame, total, sync_every=frame * writers) / 1e6
-                appended = len(lat) * frame
-                mbs = appended / elapsed / 1e6
-                rows.append((f"{frame // 1024} KiB", writers, round(mbs, 1), round(raw_mbs, 1),
-                             f"{mbs / raw_mbs:.0%}", round(grouped_mbs, 1), f"{mbs / grouped_mbs:.0%}",
-                             round(len(lat) / elapsed), round(median(lat) * 1e3, 3),
-                             round(percentile(lat, 0.99) * 1e3, 3)))
+                for label, _, _ in codes:
+                    done = runs[label]
+                    mbs = median([len(x["latencies"]) * frame / x["seconds"] / 1e6 for x in done])
+                    lat = [v for x in done for v in x["latencies"]]
+                    cpu_mb = median([len(x["latencies"]) * frame / 1e6 / x["cpu"] for x in done])
+                    rows.append((f"{frame // 1024} KiB", writers, label, round(mbs, 1), round(raw_mbs, 1),
+                                 f"{mbs / raw_mbs:.0%}", f"{mbs / grouped_mbs:.0%}",
+                                 round(median([len(x["latencies"]) / x["seconds"] for x in done])),
+                                 round(median(lat) * 1e3, 3), round(percentile(lat, 0.99) * 1e3, 3), round(cpu_mb)))
     finally:
+        if tree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=Path(__file__).resolve().parents[1],
+                           check=False)
         shutil.rmtree(work, ignore_errors=True)
-    table(["frame", "writers", "store MB/s", "raw MB/s", "store/raw", "raw per-group MB/s", "store/per-group",
-           "appends/s", "p50 ms", "p99 ms"], rows)
-    print("# raw: the same total in frame-sized os.write calls, one fdatasync at the end;")
-    print("# raw per-group: the same, with an fdatasync after every writers x frame bytes, the most an")
-    print("# acknowledged-after-fsync append can do when each writer has one append in flight.")
+    table(["frame", "writers", "chunks", "store MB/s", "raw MB/s", "store/raw", "store/per-group", "appends/s",
+           "p50 ms", "p99 ms", "MB per CPU-s"], rows)
+    print("# raw: the same total in frame-sized os.write calls, one fdatasync at the end; per-group: the same")
+    print("# with an fdatasync after every writers x frame bytes (the most an ack-after-fsync append can do);")
+    print("# chunks: recycled = spares that retention dropped, fresh = written ahead during the run, none =")
+    print(f"# new files; medians of {args.repeat} run(s) per case, each in a process of its own, order alternating;")
+    print("# MB per CPU-s: the store process's user+system CPU.")
     return 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    sys.exit(run(p.parse_args()))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from logport.errors import ConfigError, InvalidSegmentName
+from logport.store.settings import StoreConfig
 
 MiB = 1024 * 1024
 _MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems (an output's name becomes a file name)
@@ -50,22 +51,6 @@ class HubConfig:
     hostname: str = ""  # advertised host name; empty = socket.gethostname()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
-
-
-@dataclass
-class StoreConfig:
-    data_dir: str = "./data"
-    fsync: Literal["always", "interval", "never"] = "always"
-    fsync_interval: float = 1.0  # seconds between fdatasyncs with fsync = "interval"
-    chunk_size: int = 64 * MiB  # a segment's chunk file rolls past this size
-    max_frame_size: int = 16 * MiB  # largest event body the store accepts
-    max_segments: int = 10000
-    max_pending_bytes: int = 64 * MiB  # queued, unwritten appends per segment before appends wait
-    writeback_bytes: int = 1 * MiB  # a commit larger than this starts the disk on each such slice; 0 = off
-    writer_state_limit: int = 100000  # writer ids (exactly-once state) kept per segment
-    retention_bytes: int = 0  # per segment; 0 = keep everything
-    retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever
-    retention_check_interval: float = 60.0
 
 
 @dataclass
@@ -484,6 +469,7 @@ def validate(config: Config) -> None:
     _check_positive("store.max_pending_bytes", s.max_pending_bytes)
     _check_positive("store.writeback_bytes", s.writeback_bytes, zero_ok=True)
     _check_positive("store.writer_state_limit", s.writer_state_limit)
+    _check_positive("store.spare_chunks", s.spare_chunks, zero_ok=True)
     _check_positive("store.fsync_interval", s.fsync_interval)
     _check_positive("store.retention_bytes", s.retention_bytes, zero_ok=True)
     _check_positive("store.retention_age", s.retention_age, zero_ok=True)

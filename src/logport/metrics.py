@@ -20,6 +20,8 @@ class Metrics:
             ["segment"], registry=r,
         )
         self.write_errors = Counter("logport_store_write_errors", "Failed writes or fsyncs", ["segment"], registry=r)
+        self.corrupt_reads = Counter("logport_store_corrupt_reads", "Reads refused: stored bytes that fail their "
+                                     "checksum (format v2)", ["segment"], registry=r)
         self.fsyncs = Counter("logport_store_fsyncs", "fdatasync calls", registry=r)
         self.fsync_seconds = Histogram(
             "logport_store_fsync_seconds", "fdatasync latency", buckets=FSYNC_BUCKETS, registry=r

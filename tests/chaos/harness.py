@@ -8,6 +8,7 @@ whole frames only, and the store reopens (recovery succeeds).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -15,14 +16,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from logport.config import StoreConfig
-from logport.store import SegmentStore, frames
-from logport.store.files import SEGMENTS_DIR
+from logport.store import SegmentStore
 from logport.store.reader import DirectoryReader
+from logport.store.verify import verify
 from tests.conftest import REPO, free_port
 
 LISTENERS = ("forward", "lumberjack", "segment", "logjam")
@@ -60,10 +62,13 @@ class HubProcess:
     starts: int = 0
     kills: int = 0
     start_seconds: list[float] = field(default_factory=list)  # spawn -> every port accepts
+    data_dir: Path | None = None  # default: workdir/data; a power-loss run puts it on a LazyFS mount
+    power_cut: Callable[[], None] | None = None  # called after each SIGKILL: the machine loses its power too
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.workdir / "data"
+        if self.data_dir is None:
+            self.data_dir = self.workdir / "data"
         self.log_path = self.workdir / "hub.log"
         self.config_path = self.workdir / "logport.toml"
         sections: dict[str, dict[str, Any]] = {
@@ -125,6 +130,8 @@ class HubProcess:
         self.kills += 1
         with open(self.log_path, "ab") as log:
             log.write(f'{{"chaos": "SIGKILL {self.kills}"}}\n'.encode())
+        if self.power_cut is not None:
+            self.power_cut()
 
     def stop(self) -> int:
         """SIGTERM and wait for a clean exit (returns the exit code)."""
@@ -234,38 +241,29 @@ async def kill_loop(hub: HubProcess, kills: int, *, min_up: float, max_up: float
 
 
 async def check_store(data_dir: Path) -> dict[str, int]:
-    """Every chunk holds whole frames of known types, and SegmentStore.open recovers the directory.
+    """Every chunk passes `logport verify` (checksums, frames, writer records, chunk continuity), and
+    SegmentStore.open recovers the directory to the same ends.
 
-    Run on a directory whose hub is stopped. Returns bytes per segment.
+    Run on a directory whose hub is stopped. Returns the bytes of each segment.
     """
-    sizes = await asyncio.to_thread(_check_frames, data_dir)
+    sizes = await asyncio.to_thread(_check_chunks, data_dir)
     store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir)))
     try:
-        for name in sizes:
+        for name, size in sizes.items():
             info = store.info(name)
-            assert info.end_offset >= info.start_offset
+            assert info.end_offset - info.start_offset == size, (name, info, size)
     finally:
         await store.close()
-    # recovery must not have had to cut anything after the clean stop
-    assert await asyncio.to_thread(_check_frames, data_dir) == sizes
     return sizes
 
 
-def _check_frames(data_dir: Path) -> dict[str, int]:
-    root = data_dir / SEGMENTS_DIR
+def _check_chunks(data_dir: Path) -> dict[str, int]:
     sizes: dict[str, int] = {}
-    for seg_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        total = 0
-        for chunk in sorted(seg_dir.glob("*.log")):
-            data = chunk.read_bytes()
-            whole = frames.complete_prefix(data)
-            assert whole == len(data), f"{chunk}: torn frame at {whole} of {len(data)} bytes"
-            for offset, frame_type, _ in frames.iter_frames(data):
-                assert frame_type in (frames.EVENT, frames.WRITER_RECORD, frames.WRITER_TABLE), (
-                    f"{chunk}: unknown frame type {frame_type} at {offset}"
-                )
-            total += len(data)
-        sizes[seg_dir.name] = total
+    reader = DirectoryReader(data_dir)
+    for report in verify(data_dir):
+        assert not report.bad, f"{report.segment}: {report.bad}"
+        start, end, _ = reader.bounds(report.segment)
+        sizes[report.segment] = end - start
     return sizes
 
 
@@ -294,3 +292,39 @@ def raise_nofile(wanted: int) -> int:
 
 def connect_raw(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+@dataclass
+class Crash:
+    """How a chaos test's hub goes down: SIGKILL alone, or SIGKILL and a power loss of its data directory's
+    file system (a LazyFS mount that loses whatever was not synced, each time in the next way)."""
+
+    kind: str
+    data_dir: Path | None = None
+    power_cut: Callable[[], None] | None = None
+    losses: dict[str, int] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def crash_of_kind(kind: str, tmp_path: Path, seed: int = 0) -> Iterator[Crash]:
+    if kind == "sigkill":
+        yield Crash(kind)
+        return
+    from tests.powerloss.lazyfs import MODES, LazyFS, fuse_skip_reason
+
+    reason = fuse_skip_reason()
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+    rng = random.Random(seed)
+    with LazyFS(tmp_path / "disk", tmp_path / "mnt") as fs:
+        crash = Crash(kind, fs.mountpoint / "data")
+
+        def power_cut() -> None:
+            mode = MODES[sum(crash.losses.values()) % len(MODES)]
+            fs.power_loss(mode, seed=rng.randrange(1 << 30), block=rng.choice([0, 512, 4096]))
+            crash.losses[mode] = crash.losses.get(mode, 0) + 1
+
+        crash.power_cut = power_cut
+        yield crash

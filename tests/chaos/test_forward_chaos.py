@@ -21,7 +21,7 @@ import pytest
 
 from logport.batch import decode_batch
 from logport.clients.forward import ForwardSender, SenderConfig, ServerAddress
-from tests.chaos.harness import HubProcess, check_store, kill_loop, stored_events
+from tests.chaos.harness import Crash, HubProcess, check_store, kill_loop, stored_events
 from tests.conftest import NODE_MODULES
 
 KILLS = 12
@@ -55,11 +55,11 @@ class LogportForwardWriter:
 
 
 @pytest.mark.slow
-async def test_forward_chunks_survive_sigkill(tmp_path: Path) -> None:
+async def test_forward_chunks_survive_sigkill(tmp_path: Path, crash: Crash) -> None:
     node = shutil.which("node")
     assert node is not None and (NODE_MODULES / "@fluent-org" / "logger").is_dir(), "node peers not installed"
     rng = random.Random(24224)
-    hub = HubProcess(tmp_path / "hub", ("forward",))
+    hub = HubProcess(tmp_path / "hub", ("forward",), data_dir=crash.data_dir, power_cut=crash.power_cut)
     await hub.start()
     began = time.monotonic()
     port = hub.ports["forward"]

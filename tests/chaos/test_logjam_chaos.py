@@ -18,7 +18,7 @@ import pytest
 from logport.batch import decode_batch
 from logport.clients.logjam import LogjamProducer
 from logport.errors import LogportError
-from tests.chaos.harness import HubProcess, check_store, kill_loop, stored_events
+from tests.chaos.harness import Crash, HubProcess, check_store, kill_loop, stored_events
 
 KILLS = 12
 PRODUCERS = 3
@@ -46,9 +46,10 @@ class SyncSender:
 
 
 @pytest.mark.slow
-async def test_logjam_sync_sends_survive_sigkill(tmp_path: Path) -> None:
+async def test_logjam_sync_sends_survive_sigkill(tmp_path: Path, crash: Crash) -> None:
     rng = random.Random(9604)
-    hub = HubProcess(tmp_path / "hub", ("logjam",), settings={"logjam": {"heartbeat_interval": 1.0}})
+    hub = HubProcess(tmp_path / "hub", ("logjam",), settings={"logjam": {"heartbeat_interval": 1.0}},
+                     data_dir=crash.data_dir, power_cut=crash.power_cut)
     await hub.start()
     began = time.monotonic()
     stop = asyncio.Event()

@@ -17,7 +17,7 @@ import pylogbeat
 import pytest
 
 from logport.batch import decode_batch
-from tests.chaos.harness import HubProcess, check_store, kill_loop, stored_events
+from tests.chaos.harness import Crash, HubProcess, check_store, kill_loop, stored_events
 from tests.support import child_pids
 
 KILLS = 12
@@ -63,10 +63,11 @@ class BeatWriter:
 
 
 @pytest.mark.slow
-async def test_lumberjack_windows_survive_sigkill_at_least_once(tmp_path: Path) -> None:
+async def test_lumberjack_windows_survive_sigkill_at_least_once(tmp_path: Path, crash: Crash) -> None:
     rng = random.Random(5044)
     # every window (pylogbeat sends W, then one C of it) goes to a decode worker: kills land there too
-    hub = HubProcess(tmp_path / "hub", ("lumberjack",), settings={"lumberjack": {"decode_offload_bytes": 0}})
+    hub = HubProcess(tmp_path / "hub", ("lumberjack",), settings={"lumberjack": {"decode_offload_bytes": 0}},
+                     data_dir=crash.data_dir, power_cut=crash.power_cut)
     await hub.start()
     began = time.monotonic()
     stop = threading.Event()

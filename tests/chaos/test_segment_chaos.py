@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logport.clients.segment import SegmentAppender
-from tests.chaos.harness import HubProcess, check_store, kill_loop, stored_events
+from tests.chaos.harness import Crash, HubProcess, check_store, kill_loop, stored_events
 
 KILLS = 12
 WRITERS = 3
@@ -50,9 +50,9 @@ class Writer:
 
 
 @pytest.mark.slow
-async def test_segment_appends_survive_sigkill_exactly_once(tmp_path: Path) -> None:
+async def test_segment_appends_survive_sigkill_exactly_once(tmp_path: Path, crash: Crash) -> None:
     rng = random.Random(8)
-    hub = HubProcess(tmp_path / "hub", ("segment",))
+    hub = HubProcess(tmp_path / "hub", ("segment",), data_dir=crash.data_dir, power_cut=crash.power_cut)
     await hub.start()
     began = time.monotonic()
     writers = [Writer(i, hub.ports["segment"]) for i in range(WRITERS)]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from logport.config import Config
 from logport.hub import Hub, ListenerError
+from logport.store import frames
+from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE
 from tests.conftest import free_port
 
 
@@ -27,16 +29,19 @@ async def test_metrics_endpoint_shows_store_activity(tmp_path: Path) -> None:
     runtime = await hub.start()
     try:
         await runtime.store.append("seg-a", [b"x" * 100])
-        await runtime.store.append("seg-a", [b"y" * 100])
+        last = await runtime.store.append("seg-a", [b"y" * 100])
         url = f"http://127.0.0.1:{config.metrics.port}/metrics"
         text = await asyncio.get_running_loop().run_in_executor(None, lambda: urllib.request.urlopen(url).read().decode())
     finally:
         await hub.stop()
     assert 'logport_store_appends_total{segment="seg-a"} 2.0' in text
-    assert 'logport_store_append_bytes_total{segment="seg-a"} 216.0' in text
+    assert 'logport_store_append_bytes_total{segment="seg-a"} 216.0' in text  # the two event frames
     assert "logport_store_fsyncs_total" in text
     assert "logport_store_fsync_seconds_bucket" in text
-    assert 'logport_segment_bytes{segment="seg-a"} 216.0' in text
+    # end - start offset: the event frames and, format v2, the chunk header and each append's COMMIT frame
+    held = CHUNK_HEADER_SIZE + 2 * (COMMIT_SIZE + frames.HEADER_SIZE + 100)
+    assert last.end_offset == held
+    assert f'logport_segment_bytes{{segment="seg-a"}} {float(held)}' in text
     assert 'logport_store_pending_bytes{segment="seg-a"} 0.0' in text
 
 
@@ -44,11 +49,12 @@ async def test_hub_restart_keeps_the_data(tmp_path: Path) -> None:
     config = config_without_listeners(tmp_path)
     hub = Hub(config, serve_metrics=False)
     runtime = await hub.start()
-    await runtime.store.append("s", [b"kept"])
+    kept = await runtime.store.append("s", [b"kept"])
     await hub.stop()
+    assert kept.end_offset == CHUNK_HEADER_SIZE + COMMIT_SIZE + frames.HEADER_SIZE + len(b"kept")
     hub = Hub(config, serve_metrics=False)
     runtime = await hub.start()
-    assert runtime.store.info("s").end_offset == 12
+    assert runtime.store.info("s").end_offset == kept.end_offset
     await hub.stop()
 
 

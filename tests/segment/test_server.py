@@ -22,6 +22,7 @@ from logport.config import Config, StoreConfig
 from logport.hub import Hub
 from logport.protocols import segment as sp
 from logport.store import frames
+from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, chunk_header, commit_frame
 from logport.store.reader import DirectoryReader
 from tests.conftest import free_port
 from tests.support import assert_segment_files_whole, fill_the_disk
@@ -364,15 +365,22 @@ async def test_a_read_reply_max_above_the_message_size_limit_still_gives_replies
 async def test_tail_read_waits_with_keepalives_then_gets_the_data(hub: Hub) -> None:
     store = hub.runtime.store
     await store.create("logs")
+    # format v2: a new segment holds its chunk header; the tail is after it
+    tail = store.info("logs").end_offset
+    assert tail == CHUNK_HEADER_SIZE
     peer = await Peer.open(port_of(hub))
-    await peer.send(sp.ReadSegment("logs", 0, 1000, 5000))
+    await peer.send(sp.ReadSegment("logs", tail, 1000, 5000))
     first = await peer.reply(keepalives=True)
     assert first == sp.KeepAlive()  # keepalive_interval is 0.05 s
     result = await store.append("logs", [b"late event"])
     while isinstance(reply := await peer.reply(keepalives=True), sp.KeepAlive):
         pass
-    assert reply == sp.SegmentRead.make("logs", 0, True, False, frames.frame_events([b"late event"]))
-    assert result.end_offset == len(reply.data)  # type: ignore[union-attr]
+    # the bytes as stored: the append's commit group, its COMMIT frame (chained to the chunk header) and event
+    event = frames.frame_events([b"late event"])
+    group = commit_frame(tail, chunk_header(0)[1], [event])[0] + event
+    assert reply == sp.SegmentRead.make("logs", tail, True, False, group)
+    assert result.offset == tail + COMMIT_SIZE
+    assert result.end_offset == tail + len(reply.data)  # type: ignore[union-attr]
     # the server's wait runs out: an empty reply at the tail
     await peer.send(sp.ReadSegment("logs", result.end_offset, 1000, 120))
     assert await peer.reply() == sp.SegmentRead.make("logs", result.end_offset, True, False, b"")
@@ -520,8 +528,9 @@ async def test_blocking_client_matches_the_directory_reader(hub: Hub) -> None:
             with pytest.raises(errors.NoSuchSegment):
                 c.info("missing")
             assert c.create("s3") is True
-            assert c.seal("s3") == 0
-            assert c.info("s3") == (0, 0, True)
+            # format v2: a new segment holds its chunk header, a store record: that is its end
+            assert c.seal("s3") == CHUNK_HEADER_SIZE
+            assert c.info("s3") == (0, CHUNK_HEADER_SIZE, True) == direct.bounds("s3")
 
     await asyncio.to_thread(blocking)
 
@@ -541,20 +550,22 @@ async def test_cat_from_server_and_send(hub: Hub) -> None:
 
 async def test_cat_from_server_checks_the_start_offset_as_cat_of_a_directory_does(hub: Hub) -> None:
     store = hub.runtime.store  # type: ignore[union-attr]
-    for i in range(5):
-        await store.append("lines", [b"event %d" % i])
-    starts = [0, 15, 30, 45, 60]  # 8-byte header + 7-byte body each
+    starts = [(await store.append("lines", [b"event %d" % i])).offset for i in range(5)]
+    # format v2: the chunk header, then per append a commit group: its COMMIT frame, its event (8 + 7 bytes)
+    assert starts == [CHUNK_HEADER_SIZE + COMMIT_SIZE + i * (COMMIT_SIZE + 15) for i in range(5)]
     end = store.info("lines").end_offset
-    assert end == 75
+    assert end == starts[-1] + 15
     server = f"127.0.0.1:{port_of(hub)}"
-    for offset in [*starts, end]:
+    commits = [start - COMMIT_SIZE for start in starts]  # store records start frames too: cat may start there
+    for offset in [0, *commits, *starts, end]:
         out = io.StringIO()
         assert await client.cat_from_server(server, "lines", offset, False, out) == 0
         assert [json.loads(line)["offset"] for line in out.getvalue().splitlines()] == [o for o in starts if o >= offset]
     inside = "is not where a frame starts (use an offset that logport cat printed)"
-    for offset, message in [(3, f"offset 3 of segment 'lines' {inside}"),
-                            (61, f"offset 61 of segment 'lines' {inside}"),
-                            (76, "offset 76 of segment 'lines' is beyond its end 75")]:
+    for offset, message in [(3, f"offset 3 of segment 'lines' {inside}"),  # inside the chunk header
+                            (commits[-1] + 1, f"offset {commits[-1] + 1} of segment 'lines' {inside}"),
+                            (starts[-1] + 1, f"offset {starts[-1] + 1} of segment 'lines' {inside}"),
+                            (end + 1, f"offset {end + 1} of segment 'lines' is beyond its end {end}")]:
         for follow in ([], ["--follow"]):  # it used to print nothing (or wait for ever) without a word
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "logport.cli", "cat", "--server", server, "lines", "--from", str(offset),
@@ -599,13 +610,13 @@ async def test_send_with_a_connection_id_resumes_without_duplicates(
 
 
 async def test_cat_from_server_follow_stops_quietly_on_ctrl_c(hub: Hub) -> None:
-    await hub.runtime.store.append("lines", [b"one"])  # type: ignore[union-attr]
+    one = await hub.runtime.store.append("lines", [b"one"])  # type: ignore[union-attr]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "logport.cli", "cat", "--server", f"127.0.0.1:{port_of(hub)}", "lines", "--follow",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        assert b'"offset":0' in await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert b'"offset":%d,' % one.offset in await asyncio.wait_for(proc.stdout.readline(), 30)
         await hub.runtime.store.append("lines", [b"two"])  # type: ignore[union-attr]
         assert b"dHdv" in await asyncio.wait_for(proc.stdout.readline(), 30)  # base64 of "two"
         proc.send_signal(signal.SIGINT)
@@ -986,7 +997,7 @@ async def test_an_appender_backs_off_from_a_full_disk_and_gives_up_after_retry_f
                                  max_reconnect_delay=0.16, retry_for=0.8)
     await app.start()
     await app.append(b"never stored")
-    with pytest.raises(ConnectionError, match="unreachable or failing for 0.8s: .*No space left"):
+    with pytest.raises(errors.ServerUnavailable, match=r"kept failing: .*No space left.*; gave up after 0.8 s"):
         await asyncio.wait_for(app.flush(), 10)
     # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 ... reach 0.8 s after about 8 sessions (about 80 without it)
     assert 3 <= app.reconnects <= 12

@@ -1,12 +1,20 @@
-"""The one SparkSession of the test run (local[2], no UI, few shuffle partitions)."""
+"""The one SparkSession of the test run (local[2], no UI, few shuffle partitions), and a hub to read over
+the segment protocol."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from logport.config import Config, StoreConfig
+from logport.hub import Hub
+from tests.conftest import free_port
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +40,24 @@ def spark() -> Iterator[object]:
     logport.spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def running_hub(tmp_path: Path) -> Iterator[tuple[str, str, asyncio.AbstractEventLoop, Hub]]:
+    config = Config()
+    config.store = StoreConfig(data_dir=str(tmp_path / "data"), fsync="never")
+    config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
+    config.metrics.enabled = False
+    config.segment.port = free_port()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="hub", daemon=True)
+    thread.start()
+    hub = Hub(config, serve_metrics=False)
+    asyncio.run_coroutine_threadsafe(hub.start(), loop).result(30)
+    try:
+        yield config.store.data_dir, f"127.0.0.1:{config.segment.port}", loop, hub
+    finally:
+        asyncio.run_coroutine_threadsafe(hub.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

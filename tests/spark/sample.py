@@ -20,7 +20,7 @@ from logport.batch import encode_batch, event_time, pack_entry
 from logport.config import LogjamConfig, StoreConfig
 from logport.protocols import logjam as lj
 from logport.servers.logjam_ingest import MessageDecoder
-from logport.store import SegmentStore
+from logport.store import AppendResult, SegmentStore, frames, groups
 
 BASE_S = 1_795_000_000  # 2026-11-18, a fixed day so the expected minutes are stable
 ACTIONS = ["Orders#index", "Orders#show", "Carts#update", "Search#query", "Users#login", "Health#ping"]
@@ -129,15 +129,64 @@ def build_sample(seed: int = 7, logjam_requests: int = 2000) -> Sample:
     return sample
 
 
-async def _write(data_dir: str, bodies: dict[str, list[bytes]], chunk_size: int) -> None:
+async def _write(data_dir: str, bodies: dict[str, list[bytes]], chunk_size: int) -> dict[str, list[AppendResult]]:
     store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never", chunk_size=chunk_size))
+    results: dict[str, list[AppendResult]] = {}
     try:
         for name, items in bodies.items():
             for body in items:  # one append per body: one frame each, like the listeners
-                await store.append(name, [body])
+                results.setdefault(name, []).append(await store.append(name, [body]))
     finally:
         await store.close()
+    return results
 
 
-def write_bodies(data_dir: str, bodies: dict[str, list[bytes]], chunk_size: int = 64 * 1024 * 1024) -> None:
-    asyncio.run(_write(data_dir, bodies, chunk_size))
+def write_bodies(data_dir: str, bodies: dict[str, list[bytes]],
+                 chunk_size: int = 64 * 1024 * 1024) -> dict[str, list[AppendResult]]:
+    """Store each body with an append of its own; the appends' results, per segment."""
+    return asyncio.run(_write(data_dir, bodies, chunk_size))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the frames of a segment written one body per append are, from the appends' results and
+    the format's sizes alone (not from a reader's walk of the files, which the tests check).
+
+    Format v2: an append of one event is one commit group, its COMMIT frame right before the event;
+    a chunk starts with a CHUNK_HEADER frame, so the first event of a chunk is CHUNK_HEADER_SIZE +
+    COMMIT_SIZE after its base.
+    """
+
+    events: list[int]  # each event's offset (the `offset` column), in order
+    ends: list[int]  # where each event ends
+    chunk_bases: list[int]  # where each chunk that an append started begins
+    frame_starts: list[int]  # every frame: chunk headers, commit frames, events; then the end
+
+    @property
+    def end(self) -> int:
+        return self.frame_starts[-1]
+
+    @property
+    def added(self) -> list[int]:
+        """The bytes each append added: its event, the commit frame before it, a chunk header it started."""
+        return [end - before for end, before in zip(self.ends, [self.frame_starts[0], *self.ends[:-1]], strict=True)]
+
+
+def layout(results: list[AppendResult], bodies: list[bytes]) -> Layout:
+    """The Layout of a new segment's appends of one body each, in order (their results and bodies)."""
+    events, ends, bases, starts = [], [], [], []
+    position = 0
+    for i, (result, body) in enumerate(zip(results, bodies, strict=True)):
+        gap = result.offset - position
+        if gap == groups.CHUNK_HEADER_SIZE + groups.COMMIT_SIZE:  # the append started a chunk
+            bases.append(position)
+            starts += [position, position + groups.CHUNK_HEADER_SIZE]
+        else:
+            assert gap == groups.COMMIT_SIZE, (i, position, result)
+            starts.append(position)
+        assert result.end_offset == result.offset + frames.HEADER_SIZE + len(body), (i, result)  # one frame
+        events.append(result.offset)
+        starts.append(result.offset)
+        ends.append(result.end_offset)
+        position = result.end_offset
+    return Layout(events, ends, bases, [*starts, position])

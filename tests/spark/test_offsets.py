@@ -4,31 +4,39 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 from logport.spark.segments import DirectorySegments, SourceOptionError
 from logport.spark.source import LogportBatchReader, LogportStreamReader, SegmentRange
-from logport.store import frames
-from tests.spark.sample import forward_batches, write_bodies
+from logport.store import frames, groups
+from tests.spark.sample import Layout, forward_batches, layout, write_bodies
 
 # Two segments, written in the opposite order of their names; small chunks, so frames start at chunk bases too.
 BODIES = {"web": forward_batches(3, 5, tag="web"), "app": forward_batches(5, 5, tag="app")}
 CHUNK_SIZE = 1000
 
-
-def frame_starts(name: str) -> list[int]:
-    """Where each frame of a segment starts, and (last) where the last one ends."""
-    bodies = BODIES[name]
-    return [sum(frames.HEADER_SIZE + len(b) for b in bodies[:i]) for i in range(len(bodies) + 1)]
+Layouts = dict[str, Layout]
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Layouts]:
+    """The data directory, and where each segment's frames are (from the appends' results)."""
     root = str(tmp_path_factory.mktemp("offsets"))
-    write_bodies(root, BODIES, chunk_size=CHUNK_SIZE)
-    return root
+    results = write_bodies(root, BODIES, chunk_size=CHUNK_SIZE)
+    return root, {name: layout(results[name], BODIES[name]) for name in BODIES}
+
+
+@pytest.fixture(scope="module")
+def data_dir(written: tuple[str, Layouts]) -> str:
+    return written[0]
+
+
+@pytest.fixture(scope="module")
+def at(written: tuple[str, Layouts]) -> Layouts:
+    return written[1]
 
 
 def plan(data_dir: str, **options: str) -> dict[str, tuple[int, int]]:
@@ -42,67 +50,106 @@ def plan(data_dir: str, **options: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def whole(name: str) -> tuple[int, int]:
-    starts = frame_starts(name)
-    return starts[0], starts[-1]
+def whole(segment: Layout) -> tuple[int, int]:
+    return segment.frame_starts[0], segment.end
 
 
-def test_the_sample_has_frames_at_chunk_bases(data_dir: str) -> None:
-    bases = DirectorySegments(data_dir)._chunk_reader("app").bases
-    assert len(bases) > 1 and set(bases) <= set(frame_starts("app"))
+def test_the_sample_has_frames_at_chunk_bases(data_dir: str, at: Layouts) -> None:
+    access = DirectorySegments(data_dir)
+    try:
+        assert len(at["app"].chunk_bases) > 1
+        for name, segment in at.items():
+            chunks = access._chunk_reader(name)
+            assert chunks.bases == segment.chunk_bases and set(chunks.bases) <= set(segment.frame_starts)
+            for base, stop in zip(chunks.bases, [*chunks.bases[1:], segment.end], strict=True):
+                # Each chunk starts with its header, its first event right after that and a commit frame;
+                # its data (not its file: a spare is chunk_size long) ends where the next chunk starts.
+                assert base + groups.CHUNK_HEADER_SIZE + groups.COMMIT_SIZE in segment.events
+                size = chunks.chunk_end(base) - base
+                chunk = groups.walk_chunk(chunks.pread(base, size, base + size), base)
+                assert (chunk.version, chunk.end, chunk.corrupt) == (groups.VERSION, stop, [])
+                assert chunk.groups[0] == base + groups.CHUNK_HEADER_SIZE
+    finally:
+        access.close()
 
 
-@pytest.mark.parametrize(("options", "expected"), [
-    ({}, {"app": whole("app"), "web": whole("web")}),
-    ({"startingOffsets": "earliest", "endingOffsets": "latest"}, {"app": whole("app"), "web": whole("web")}),
-    ({"startingOffsets": " latest "}, {}),
-    ({"endingOffsets": "earliest"}, {}),
+OffsetCase = Callable[[Layouts], tuple[dict[str, str], dict[str, tuple[int, int]]]]
+OFFSET_CASES: dict[str, OffsetCase] = {
+    "defaults": lambda at: ({}, {"app": whole(at["app"]), "web": whole(at["web"])}),
+    "earliest-latest": lambda at: ({"startingOffsets": "earliest", "endingOffsets": "latest"},
+                                   {"app": whole(at["app"]), "web": whole(at["web"])}),
+    "from-latest": lambda at: ({"startingOffsets": " latest "}, {}),
+    "to-earliest": lambda at: ({"endingOffsets": "earliest"}, {}),
     # -2 earliest, -1 latest inside the JSON map; segments left out: earliest to start, latest to end.
-    ({"startingOffsets": '{"app": -2, "web": -1}'}, {"app": whole("app")}),
-    ({"startingOffsets": '{"app": -1}'}, {"web": whole("web")}),
-    ({"endingOffsets": '{"app": -2}'}, {"web": whole("web")}),
-    ({"startingOffsets": '{"app": -2}', "endingOffsets": '{"app": -1, "web": -2}'}, {"app": whole("app")}),
-    ({"startingOffsets": json.dumps({"app": frame_starts("app")[2]}),
-      "endingOffsets": json.dumps({"app": frame_starts("app")[4], "web": frame_starts("web")[1]})},
-     {"app": (frame_starts("app")[2], frame_starts("app")[4]), "web": (0, frame_starts("web")[1])}),
-])
-def test_earliest_latest_and_json_offsets(data_dir: str, options: dict[str, str],
-                                          expected: dict[str, tuple[int, int]]) -> None:
+    "json-from-earliest-and-latest": lambda at: ({"startingOffsets": '{"app": -2, "web": -1}'},
+                                                 {"app": whole(at["app"])}),
+    "json-from-latest": lambda at: ({"startingOffsets": '{"app": -1}'}, {"web": whole(at["web"])}),
+    "json-to-earliest": lambda at: ({"endingOffsets": '{"app": -2}'}, {"web": whole(at["web"])}),
+    "json-both": lambda at: ({"startingOffsets": '{"app": -2}', "endingOffsets": '{"app": -1, "web": -2}'},
+                             {"app": whole(at["app"])}),
+    # Event offsets (the offset column): the range spans a chunk boundary of app.
+    "json-offsets": lambda at: ({"startingOffsets": json.dumps({"app": at["app"].events[2]}),
+                                 "endingOffsets": json.dumps({"app": at["app"].events[4], "web": at["web"].events[1]})},
+                                {"app": (at["app"].events[2], at["app"].events[4]),
+                                 "web": (at["web"].frame_starts[0], at["web"].events[1])}),
+}
+
+
+@pytest.mark.parametrize("case", OFFSET_CASES.values(), ids=OFFSET_CASES.keys())
+def test_earliest_latest_and_json_offsets(data_dir: str, at: Layouts, case: OffsetCase) -> None:
+    options, expected = case(at)
     assert plan(data_dir, **options) == expected
 
 
-def test_every_frame_start_and_the_end_are_accepted(data_dir: str) -> None:
-    for name in BODIES:
-        starts = frame_starts(name)
+def test_every_frame_start_and_the_end_are_accepted(data_dir: str, at: Layouts) -> None:
+    # Every frame: events, and the store's records (chunk headers, commit frames) that readers skip.
+    for name, segment in at.items():
+        starts = segment.frame_starts
         for i, start in enumerate(starts):
             got = plan(data_dir, segments=name, startingOffsets=json.dumps({name: start}))
-            assert got == ({name: (start, starts[-1])} if i < len(starts) - 1 else {})
+            assert got == ({name: (start, segment.end)} if i < len(starts) - 1 else {})
             got = plan(data_dir, segments=name, endingOffsets=json.dumps({name: start}))
-            assert got == ({name: (0, start)} if i else {})
+            assert got == ({name: (starts[0], start)} if i else {})
 
 
-def _mid_frame() -> list[tuple[str, int]]:
-    starts = frame_starts("app")
-    return [("startingOffsets", starts[1] + 1), ("startingOffsets", starts[2] + frames.HEADER_SIZE),
-            ("endingOffsets", starts[3] - 1), ("endingOffsets", (starts[3] + starts[4]) // 2)]
+MID_FRAME: dict[str, tuple[str, Callable[[Layout], int]]] = {
+    "start-in-an-event": ("startingOffsets", lambda app: app.events[1] + 1),
+    "start-in-an-event-body": ("startingOffsets", lambda app: app.events[2] + frames.HEADER_SIZE),
+    "start-in-a-commit-frame": ("startingOffsets", lambda app: app.ends[0] + frames.HEADER_SIZE),
+    "end-in-an-event": ("endingOffsets", lambda app: app.ends[2] - 1),
+    "end-in-an-event-middle": ("endingOffsets", lambda app: (app.events[3] + app.ends[3]) // 2),
+    "end-in-a-chunk-header": ("endingOffsets", lambda app: app.chunk_bases[1] + 1),
+}
 
 
-@pytest.mark.parametrize(("option", "offset"), _mid_frame())
-def test_an_offset_inside_a_frame_is_refused(data_dir: str, option: str, offset: int) -> None:
+@pytest.mark.parametrize(("option", "offset_in"), MID_FRAME.values(), ids=MID_FRAME.keys())
+def test_an_offset_inside_a_frame_is_refused(data_dir: str, at: Layouts, option: str,
+                                             offset_in: Callable[[Layout], int]) -> None:
+    offset = offset_in(at["app"])
+    assert offset not in at["app"].frame_starts
     with pytest.raises(SourceOptionError, match=rf"{option}: offset {offset} of segment 'app' is not where a frame "):
         plan(data_dir, **{option: json.dumps({"web": 0, "app": offset})})
 
 
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("startingOffsets", -3, "offset -3 of segment 'app' is neither a byte offset nor -2 (earliest) or -1 (latest)"),
-    ("endingOffsets", -100, "offset -100 of segment 'app' is neither a byte offset nor -2"),
-    ("startingOffsets", frame_starts("app")[-1] + 1, f"offset {frame_starts('app')[-1] + 1} of segment 'app' is "
-                                                     f"beyond its end {frame_starts('app')[-1]}"),
-    ("endingOffsets", 10**12, f"offset {10**12} of segment 'app' is beyond its end"),
-])
-def test_a_negative_or_too_large_offset_is_refused(data_dir: str, option: str, value: int, message: str) -> None:
-    with pytest.raises(SourceOptionError, match=re.escape(f"{option}: {message}")):
-        plan(data_dir, **{option: json.dumps({"app": value})})
+REFUSED: dict[str, tuple[str, Callable[[int], int], Callable[[int], str]]] = {  # option, value, message of app's end
+    "start-below-latest": ("startingOffsets", lambda end: -3,
+                           lambda end: "offset -3 of segment 'app' is neither a byte offset nor -2 (earliest) or -1 "
+                                       "(latest)"),
+    "end-far-negative": ("endingOffsets", lambda end: -100,
+                         lambda end: "offset -100 of segment 'app' is neither a byte offset nor -2"),
+    "start-past-the-end": ("startingOffsets", lambda end: end + 1,
+                           lambda end: f"offset {end + 1} of segment 'app' is beyond its end {end}"),
+    "end-far-past-the-end": ("endingOffsets", lambda end: 10**12,
+                             lambda end: f"offset {10**12} of segment 'app' is beyond its end"),
+}
+
+
+@pytest.mark.parametrize(("option", "value", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_a_negative_or_too_large_offset_is_refused(data_dir: str, at: Layouts, option: str,
+                                                   value: Callable[[int], int], message: Callable[[int], str]) -> None:
+    end = at["app"].end
+    with pytest.raises(SourceOptionError, match=re.escape(f"{option}: {message(end)}")):
+        plan(data_dir, **{option: json.dumps({"app": value(end)})})
 
 
 @pytest.mark.parametrize("value", ['{"app": true}', '{"app": 1.5}', '["app", 0]', '{"app": "0"}', "soon"])
@@ -111,18 +158,31 @@ def test_malformed_offsets_are_refused(data_dir: str, value: str) -> None:
         plan(data_dir, startingOffsets=value)
 
 
-def test_stream_offsets_are_sorted_by_segment(data_dir: str) -> None:
+def test_stream_offsets_are_sorted_by_segment(data_dir: str, at: Layouts) -> None:
+    app, web = at["app"], at["web"]
     reader = LogportStreamReader({"path": data_dir, "startingoffsets": '{"web": -1, "app": -2}'})
     try:
         initial = reader.initialOffset()
-        assert json.dumps(initial) == json.dumps({"app": 0, "web": frame_starts("web")[-1]})
+        assert json.dumps(initial) == json.dumps({"app": app.frame_starts[0], "web": web.end})
         # Spark hands the last offset back as it was stored; whatever its order, the next one is sorted.
-        start = {"web": 0, "app": frame_starts("app")[1]}
+        start = {"web": web.frame_starts[0], "app": app.events[1]}
         end = reader.latestOffset(start, ReadAllAvailable())
         assert list(end) == ["app", "web"]
-        assert end == {"app": frame_starts("app")[-1], "web": frame_starts("web")[-1]}
-        limited = reader.latestOffset(start, ReadMaxBytes(1))  # one frame, of the first segment by name
-        assert list(limited) == ["app", "web"] and limited == {"app": frame_starts("app")[2], "web": 0}
+        assert end == {"app": app.end, "web": web.end}
+        limited = reader.latestOffset(start, ReadMaxBytes(1))  # one event, of the first segment by name
+        assert list(limited) == ["app", "web"] and limited == {"app": app.ends[1], "web": web.frame_starts[0]}
+        # The store's records go with the event after them: from a chunk's base (its header, a commit
+        # frame) or from a commit frame, one event is admitted with them, never the records alone.
+        base = app.chunk_bases[1]
+        first = next(i for i, offset in enumerate(app.events) if offset > base)
+        assert reader.latestOffset({"app": base, "web": web.end}, ReadMaxBytes(1)) == {"app": app.ends[first],
+                                                                                       "web": web.end}
+        assert reader.latestOffset({"app": app.ends[0], "web": web.end}, ReadMaxRows(1)) == {"app": app.ends[1],
+                                                                                             "web": web.end}
+        # A budget that ends inside the records before an event stops after the event before them.
+        two = app.ends[2] - app.events[1]  # events 1 and 2, and the commit frame between them
+        assert reader.latestOffset({"app": app.events[1], "web": web.end}, ReadMaxBytes(2 * two - 2)) == {
+            "app": app.ends[1], "web": web.end}
         # A segment the last offset does not know enters at its start, in its sorted place.
         assert list(reader.latestOffset({"web": 0}, ReadAllAvailable())) == ["app", "web"]
         assert list(reader.reportLatestOffset() or {}) == ["app", "web"]
@@ -130,8 +190,8 @@ def test_stream_offsets_are_sorted_by_segment(data_dir: str) -> None:
         reader.stop()
 
 
-def test_stream_start_inside_a_frame_is_refused(data_dir: str) -> None:
-    offset = frame_starts("web")[1] + 5
+def test_stream_start_inside_a_frame_is_refused(data_dir: str, at: Layouts) -> None:
+    offset = at["web"].events[1] + 5
     reader = LogportStreamReader({"path": data_dir, "startingoffsets": json.dumps({"web": offset})})
     try:
         with pytest.raises(SourceOptionError, match=f"startingOffsets: offset {offset} of segment 'web' is not"):
@@ -140,10 +200,10 @@ def test_stream_start_inside_a_frame_is_refused(data_dir: str) -> None:
         reader.stop()
 
 
-def test_directory_frame_start_check_walks_one_chunk(data_dir: str) -> None:
+def test_directory_frame_start_check_walks_one_chunk(data_dir: str, at: Layouts) -> None:
     access = DirectorySegments(data_dir)
     try:
-        starts = set(frame_starts("app"))
-        assert [o for o in range(frame_starts("app")[-1] + 2) if access.could_start_frame("app", o)] == sorted(starts)
+        app = at["app"]
+        assert [o for o in range(app.end + 2) if access.could_start_frame("app", o)] == app.frame_starts
     finally:
         access.close()

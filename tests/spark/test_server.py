@@ -5,41 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from logport.config import Config, StoreConfig
-from logport.hub import Hub
 from logport.spark.segments import ServerSegments, SourceOptionError
 from logport.spark.source import LogportBatchReader
-from tests.conftest import free_port
-from tests.spark.sample import build_sample, forward_batches
+from logport.store import AppendResult
+from tests.spark.sample import build_sample, forward_batches, layout
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
-
-
-@pytest.fixture
-def running_hub(tmp_path: Path) -> Iterator[tuple[str, str, asyncio.AbstractEventLoop, Hub]]:
-    config = Config()
-    config.store = StoreConfig(data_dir=str(tmp_path / "data"), fsync="never")
-    config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
-    config.metrics.enabled = False
-    config.segment.port = free_port()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="hub", daemon=True)
-    thread.start()
-    hub = Hub(config, serve_metrics=False)
-    asyncio.run_coroutine_threadsafe(hub.start(), loop).result(30)
-    try:
-        yield config.store.data_dir, f"127.0.0.1:{config.segment.port}", loop, hub
-    finally:
-        asyncio.run_coroutine_threadsafe(hub.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def test_server_reads_equal_directory_reads(spark, running_hub) -> None:  # type: ignore[no-untyped-def]
@@ -99,26 +73,30 @@ def test_server_offsets_inside_a_frame_are_refused(running_hub) -> None:  # type
     big = random.Random(1).randbytes(300_000)  # an opaque event larger than the window the check reads
     segments = {"app": small, "logjam": sample.bodies["logjam"], "big": [small[0], big, *small[1:]]}
 
-    async def store_all() -> None:
+    async def store_all() -> dict[str, list[AppendResult]]:
+        results: dict[str, list[AppendResult]] = {}
         for name, bodies in segments.items():
-            for body in bodies:
-                await hub.runtime.store.append(name, [body])
+            for body in bodies:  # one at a time: a commit group each
+                results.setdefault(name, []).append(await hub.runtime.store.append(name, [body]))
+        return results
 
-    asyncio.run_coroutine_threadsafe(store_all(), loop).result(60)
+    written = {name: layout(results, segments[name])
+               for name, results in asyncio.run_coroutine_threadsafe(store_all(), loop).result(60).items()}
     access = ServerSegments(server)
     try:
-        for name, bodies in segments.items():
-            starts = [sum(len(b) + 8 for b in bodies[:i]) for i in range(len(bodies) + 1)]
+        for name, segment in written.items():
+            # Every frame: events, and the chunk header and commit frames that readers skip.
+            starts = segment.frame_starts
             # Never refuses a frame start (or the end); on these frames no other offset gets through either.
             step = 1 if name != "big" else 997
             tried = sorted({*range(0, starts[-1] + 9, step), *starts})
             assert [o for o in tried if access.could_start_frame(name, o)] == starts
     finally:
         access.close()
-    starts = [sum(len(b) + 8 for b in segments["app"][:i]) for i in range(3)]
+    events = written["app"].events
     options = {"server": server, "segments": "app"}
-    assert LogportBatchReader({**options, "startingoffsets": json.dumps({"app": starts[1]})}).partitions()
-    for option, offset in [("startingOffsets", starts[1] + 3), ("endingOffsets", starts[2] - 1)]:
+    assert LogportBatchReader({**options, "startingoffsets": json.dumps({"app": events[1]})}).partitions()
+    for option, offset in [("startingOffsets", events[1] + 3), ("endingOffsets", events[2] - 1)]:
         reader = LogportBatchReader({**options, option.lower(): json.dumps({"app": offset})})
         with pytest.raises(SourceOptionError, match=f"{option}: offset {offset} of segment 'app' is not where a frame"):
             reader.partitions()

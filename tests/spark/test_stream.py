@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.sample import build_sample, forward_batches, write_bodies
+from tests.spark.sample import build_sample, forward_batches, layout, write_bodies
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
@@ -47,11 +47,9 @@ def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Pa
     data_dir = str(tmp_path / "data")
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
     batches = forward_batches(12, 10)
-    starts = [sum(len(b) + 8 for b in batches[:i]) for i in range(len(batches) + 1)]
-    frame_bytes = max(len(b) + 8 for b in batches)
 
     def run_once() -> list:  # type: ignore[type-arg]
-        query = (stream(spark, data_dir, maxBytesPerTrigger=str(frame_bytes * 2)).writeStream.format("parquet")
+        query = (stream(spark, data_dir, maxBytesPerTrigger=str(append_bytes * 2)).writeStream.format("parquet")
                  .option("path", out).option("checkpointLocation", checkpoint).start())
         try:
             query.processAllAvailable()
@@ -59,19 +57,23 @@ def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Pa
         finally:
             query.stop()
 
-    write_bodies(data_dir, {"app": batches[:6]})
+    results = write_bodies(data_dir, {"app": batches[:6]})["app"]
+    append_bytes = max(layout(results, batches[:6]).added)  # the most one append added: room for 2 per trigger
     first = run_once()
-    write_bodies(data_dir, {"app": batches[6:]})
+    results += write_bodies(data_dir, {"app": batches[6:]})["app"]
     second = run_once()
-    # Admission control: at most 2 frames per trigger, so each run took several micro-batches.
+    written = layout(results, batches)
+    # Admission control: at most 2 events per trigger, so each run took several micro-batches.
     assert len(first) >= 3 and len(second) >= 3
     assert all(p["numInputRows"] <= 20 for p in first + second)
-    # Offsets in the checkpoint are sorted JSON maps segment -> byte offset.
-    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"app":{starts[6]}}}'
+    # Offsets in the checkpoint are sorted JSON maps segment -> byte offset: the first run stopped where
+    # the sixth event ends, the second went on from there.
+    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"app":{written.ends[5]}}}'
+    assert second[0]["sources"][0]["startOffset"].replace(" ", "") == f'{{"app":{written.ends[5]}}}'
     rows = spark.read.parquet(out).collect()
     keys = keys_of(rows)
     assert len(keys) == len(set(keys)) == 120
-    assert sorted({k[1] for k in keys}) == starts[:12]
+    assert sorted({k[1] for k in keys}) == written.events
 
 
 def test_admission_by_rows_and_available_now(spark, tmp_path: Path) -> None:

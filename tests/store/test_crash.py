@@ -17,6 +17,7 @@ import pytest
 from logport.config import StoreConfig
 from logport.store import SegmentStore, frames
 from logport.store.files import chunk_path, list_chunk_bases
+from logport.store.groups import walk_chunk
 from logport.store.reader import DirectoryReader
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -64,25 +65,33 @@ def run_child_and_kill(data_dir: Path, round_: int, rng: random.Random) -> Round
     return result
 
 
-def recover(data_dir: Path) -> dict[bytes, int]:
-    """The restart: recovery cuts what was torn. Returns each writer's stored offset."""
-    async def open_close() -> dict[bytes, int]:
+def recover(data_dir: Path) -> tuple[dict[bytes, int], int]:
+    """The restart: recovery ends the segment before what was torn. Returns each writer's stored offset,
+    and the segment's end."""
+    async def open_close() -> tuple[dict[bytes, int], int]:
         store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir)))
         try:
-            return {writer_key(t): store.writer_offset(SEGMENT, writer_key(t)) for t in WRITER_TASKS}
+            writers = {writer_key(t): store.writer_offset(SEGMENT, writer_key(t)) for t in WRITER_TASKS}
+            return writers, store.info(SEGMENT).end_offset
         finally:
             await store.close()
 
     return asyncio.run(open_close())
 
 
-def check_files(data_dir: Path, acked: list[Acked], writers: dict[bytes, int]) -> int:
+def check_files(data_dir: Path, acked: list[Acked], writers: dict[bytes, int], end: int) -> int:
     seg_dir = data_dir / "segments" / SEGMENT
     bases = list_chunk_bases(seg_dir)
     for base, nxt in zip(bases, bases[1:], strict=False):
-        assert base + chunk_path(seg_dir, base).stat().st_size == nxt
-    last = chunk_path(seg_dir, bases[-1]).read_bytes()
-    assert frames.complete_prefix(last) == len(last), "bytes follow the last intact frame"
+        # a chunk's data (its file may be longer: written ahead) ends where the next one starts, every group of
+        # it valid (had recovery not ended the segment before a torn group, the appends after it would have
+        # left that group in the chunk as a corrupt range)
+        layout = walk_chunk(chunk_path(seg_dir, base).read_bytes(), base)
+        assert (layout.end, layout.corrupt) == (nxt, []), f"chunk {base}"
+    # what follows the last valid group (a torn append, zeros) is not data: the store and a reader end there
+    last = walk_chunk(chunk_path(seg_dir, bases[-1]).read_bytes(), bases[-1])
+    assert last.corrupt == [] and last.end == end, "the store's end is not where the last chunk's valid data ends"
+    assert DirectoryReader(data_dir).bounds(SEGMENT)[1] == end
     stored: dict[int, bytes] = {}  # offset -> body
     seen: dict[int, int] = {}
     for offset, body in DirectoryReader(data_dir).iter_events(SEGMENT):
@@ -120,10 +129,10 @@ def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
         for append in result.acked:
             if append.key is not None and append.end is not None:
                 acked_ends[append.key] = max(acked_ends.get(append.key, 0), append.end)
-        writers = recover(tmp_path)
+        writers, segment_end = recover(tmp_path)
         for key, end in acked_ends.items():
             assert writers[key] >= end, f"writer {key!r} stored {writers[key]} after {end} was acknowledged"
-        stored = check_files(tmp_path, acked, writers)
+        stored = check_files(tmp_path, acked, writers, segment_end)
     events = sum(len(a.ids) for a in acked)
     assert events > KILLS * 10, "the child acknowledged too little for the test to mean much"
     assert stored >= events

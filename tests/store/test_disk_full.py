@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,8 @@ import pytest
 from logport.config import StoreConfig
 from logport.errors import StoreWriteFailed
 from logport.store import SegmentStore, WriterCondition, frames
+from logport.store.files import chunk_path
+from logport.store.groups import walk_chunk
 from logport.store.reader import DirectoryReader
 
 
@@ -59,8 +63,12 @@ async def test_disk_full_then_space_returns(small_fs: Path) -> None:
     assert events[:-1] == acked[-len(events) + 1 :]
     start, end, _ = reader.bounds("s")
     assert sum(1 for _ in reader.iter_frames("s", start, end)) > 0
+    # every chunk's groups are valid (the failed writes left none half there), each chunk's data ends where the
+    # next starts, and the last one's where bounds ends (a failed write's leftovers after it are not data)
     chunks = reader.chunk_reader("s")
-    assert end == chunks.chunk_end(chunks.bases[-1])  # bounds ends where recovery would cut: nothing to cut
+    for base, nxt in zip(chunks.bases, [*chunks.bases[1:], end], strict=True):
+        layout = walk_chunk(chunk_path(chunks.seg_dir, base).read_bytes(), base)
+        assert (layout.end, layout.corrupt) == (nxt, [])
     store = await SegmentStore.open(cfg)
     assert store.info("s").end_offset == end
     r = await store.read_frames("s", store.info("s").start_offset, 1 << 30)
@@ -68,20 +76,34 @@ async def test_disk_full_then_space_returns(small_fs: Path) -> None:
     await store.close()
 
 
+FILL = """
+import asyncio, os, signal, sys
+from logport.config import StoreConfig
+from logport.errors import StoreWriteFailed
+from logport.store import SegmentStore
+
+async def fill():
+    store = await SegmentStore.open(StoreConfig(data_dir=sys.argv[1], chunk_size=512 * 1024))
+    n = 0
+    try:
+        while True:
+            await store.append("s", [os.urandom(8000)])
+            n += 1
+    except StoreWriteFailed:
+        print(n, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # a crash: nothing is closed
+
+asyncio.run(fill())
+"""
+
+
 def test_disk_full_crash_recovery(small_fs: Path) -> None:
-    """Fill the disk, then reopen without closing (as after a crash): the store opens and appends."""
-
-    async def fill() -> int:
-        store = await SegmentStore.open(StoreConfig(data_dir=str(small_fs / "data"), chunk_size=512 * 1024))
-        n = 0
-        try:
-            while True:
-                await store.append("s", [os.urandom(8000)])
-                n += 1
-        except StoreWriteFailed:
-            return n
-
-    n = asyncio.run(fill())
+    """Fill the disk, then reopen without closing (after a crash: a hub killed, whose data-directory lock
+    the kernel released): the store opens and appends."""
+    child = subprocess.run([sys.executable, "-c", FILL, str(small_fs / "data")], capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    n = int(child.stdout)
     (small_fs / "data" / "filler").write_bytes(b"")
 
     async def reopen() -> int:

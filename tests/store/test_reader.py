@@ -1,4 +1,8 @@
-"""The read-only directory reader: event counts, and the end of what it reads beside a writer or a crash."""
+"""The read-only directory reader: event counts, and the end of what it reads beside a writer or a crash.
+
+Format v2 (store/groups.py): a chunk's data ends at its last valid commit group, whatever the file holds after
+it (a group not all written, zeros written ahead, a group the hub undid: its COMMIT frame zeroed).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from logport.batch import encode_batch
 from logport.config import StoreConfig
 from logport.store import SegmentStore, WriterCondition, frames
 from logport.store.files import chunk_path, list_chunk_bases
+from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, commit_frame, walk_chunk
 from logport.store.reader import DirectoryReader, count_events
 
 
@@ -55,15 +60,23 @@ async def reopen(cfg: StoreConfig) -> tuple[int, list[bytes]]:
         await store.close()
 
 
+def torn(whole: bytes, cut: int, zeros: bool) -> bytes:
+    """`whole` written up to `cut`: the file cut there, or (a chunk written ahead) zeros from there on."""
+    return whole[:cut] + bytes(len(whole) - cut) if zeros else whole[:cut]
+
+
+@pytest.mark.parametrize("zeros", [False, True], ids=["cut", "zeros"])
 @pytest.mark.parametrize("with_writer", [False, True])
-def test_a_torn_multi_frame_append_is_not_read_before_recovery_cuts_it(tmp_path: Path, with_writer: bool) -> None:
+def test_a_torn_multi_frame_append_is_not_read_before_recovery_cuts_it(tmp_path: Path, with_writer: bool,
+                                                                       zeros: bool) -> None:
     cfg = StoreConfig(data_dir=str(tmp_path))
     first, last = asyncio.run(write(cfg, [([b"a"], False), ([b"b" * 10, b"c" * 10, b"d" * 10], with_writer)]))
     path = chunk_path(tmp_path / "segments" / "s", 0)
     whole = path.read_bytes()
+    assert len(whole) == last
     reader = DirectoryReader(tmp_path)  # one reader beside the writer, as `cat --follow` or a stream
     for cut in [*range(first, last), *reversed(range(first, last))]:
-        path.write_bytes(whole[:cut])  # e.g. 5 bytes short: the frames of b and c are whole
+        path.write_bytes(torn(whole, cut, zeros))  # e.g. 5 bytes short: the frames of b and c are whole
         assert reader.bounds("s") == (0, first, False)
         assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a"]
         assert DirectoryReader(tmp_path).describe("s") == {
@@ -71,24 +84,46 @@ def test_a_torn_multi_frame_append_is_not_read_before_recovery_cuts_it(tmp_path:
     path.write_bytes(whole)  # the rest of the append arrives
     assert reader.bounds("s")[1] == last
     assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"b" * 10, b"c" * 10, b"d" * 10]
-    path.write_bytes(whole[: last - 5])
+    with open(path, "r+b") as f:  # the hub undid it (its fsync failed): its COMMIT frame zeroed
+        f.seek(first)
+        f.write(bytes(COMMIT_SIZE))
+    assert reader.bounds("s")[1] == first  # the reader that had read it drops it
+    assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a"]
     assert asyncio.run(reopen(cfg)) == (first, [b"a"])  # recovery keeps what the reader showed
-    assert reader.bounds("s")[1] == first
+    path.write_bytes(torn(whole, last - 5, zeros))  # or a crash lost the end of the group
+    assert asyncio.run(reopen(cfg)) == (first, [b"a"])
+    assert DirectoryReader(tmp_path).bounds("s")[1] == reader.bounds("s")[1] == first
 
 
-def test_a_reader_notices_the_tail_rewritten_over_what_it_walked(tmp_path: Path) -> None:
+def undo_and_rewrite(path: Path, at: int, parts: list[bytes]) -> bytes:
+    """What the hub does when a commit fails after its write (store/segment.py _undo): the group at `at` is
+    undone (its COMMIT frame zeroed), then the next commit writes its group over it (at the same offset,
+    continuing the same chain). Returns what was written."""
+    data = path.read_bytes()
+    prev = walk_chunk(data[:at], 0).last_crc
+    group = commit_frame(at, prev, parts)[0] + b"".join(parts)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes(COMMIT_SIZE))
+        f.seek(at)
+        f.write(group)
+    return group
+
+
+@pytest.mark.parametrize("size", [100, 48, 2], ids=["longer", "as-long", "shorter"])
+def test_a_reader_notices_the_tail_rewritten_over_what_it_walked(tmp_path: Path, size: int) -> None:
     """A write the hub undid (its fsync failed) and another one over the same bytes, between two reads."""
     cfg = StoreConfig(data_dir=str(tmp_path))
     first, last = asyncio.run(write(cfg, [([b"a"], False), ([b"b" * 10, b"c" * 10], False)]))
     path = chunk_path(tmp_path / "segments" / "s", 0)
     reader = DirectoryReader(tmp_path)
     assert reader.bounds("s")[1] == last
-    with open(path, "r+b") as f:
-        f.truncate(first)
-        f.seek(first)
-        f.write(frames.frame_events([b"x" * 100]))
-    assert reader.bounds("s")[1] == first + 108
-    assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"x" * 100]
+    assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"b" * 10, b"c" * 10]
+    group = undo_and_rewrite(path, first, [frames.frame_events([b"x" * size])])
+    if size == 48:
+        assert len(group) == last - first  # the new group is as long as the one the reader had read
+    assert reader.bounds("s")[1] == first + COMMIT_SIZE + 8 + size
+    assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"x" * size]
 
 
 def test_a_reader_does_not_stall_on_a_tail_rewritten_into_another_layout(tmp_path: Path) -> None:
@@ -99,21 +134,26 @@ def test_a_reader_does_not_stall_on_a_tail_rewritten_into_another_layout(tmp_pat
     first, _ = asyncio.run(write(cfg, [([b"a"], False), ([b"b"], False)]))
     path = chunk_path(tmp_path / "segments" / "s", 0)
     ten = [b"0123456789"]
-    before = frames.writer_record(b"k", 1, 2 * 18) + frames.frame_events(ten)  # a group of 2 events, 1 written
-    with open(path, "r+b") as f:
-        f.truncate(first)
+    prev = walk_chunk(path.read_bytes()[:first], 0).last_crc
+    parts = [frames.writer_record(b"k", 1, 2 * 18), frames.frame_events(ten * 2)]  # a group of 2 events
+    before = (commit_frame(first, prev, parts)[0] + b"".join(parts))[: -18]  # the 2nd not written yet
+    with open(path, "r+b") as f:  # over the group of "b"
         f.seek(first)
         f.write(before)
     reader = DirectoryReader(tmp_path)
     assert reader.bounds("s")[1] == first  # the group is not whole: not shown
-    after = (frames.writer_record(b"k", 2, 18) + frames.frame_events(ten)  # same record size, 1 event
-             + frames.writer_record(b"k", 3, 18) + frames.frame_events(ten))  # where the old group had its 2nd
+    one = [frames.writer_record(b"k", 2, 18), frames.frame_events(ten)]  # same record size, 1 event
+    group, crc = commit_frame(first, prev, one)
+    after = group + b"".join(one)
+    two = [frames.writer_record(b"k", 3, 18), frames.frame_events(ten)]  # where the old group had its 2nd event
+    after += commit_frame(first + len(after), crc, two)[0] + b"".join(two)
     with open(path, "r+b") as f:
-        f.truncate(first)
         f.seek(first)
         f.write(after)
     assert reader.bounds("s")[1] == first + len(after)
-    assert reader.bounds("s")[1] == frames.recover_chunk(path.read_bytes())[0]  # the chunk starts at 0
+    layout = walk_chunk(path.read_bytes(), 0)  # the chunk starts at 0
+    assert reader.bounds("s")[1] == layout.end and layout.corrupt == [] and layout.writers == {b"k": 3}
+    assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", *ten, *ten]
 
 
 appends_strategy = st.lists(
@@ -126,18 +166,41 @@ def test_the_reader_ends_where_recovery_would_cut(appends: list[tuple[list[bytes
     root = Path(tempfile.mkdtemp())
     try:
         cfg = StoreConfig(data_dir=str(root), chunk_size=150, max_frame_size=60)
-        asyncio.run(write(cfg, appends))
+        ends = asyncio.run(write(cfg, appends))
         seg_dir = root / "segments" / "s"
         base = list_chunk_bases(seg_dir)[-1]
         path = chunk_path(seg_dir, base)
-        whole = path.read_bytes()
+        whole = path.read_bytes()  # its data, then zeros if it is a chunk written ahead
+        layout = walk_chunk(whole, base)
+        assert layout.end == ends[-1] and layout.corrupt == []
+        # where the valid data of a torn chunk may end: at its base (its header torn), after its header, or
+        # after one of its groups, each append's among them (the head group, with the writer table, is not one)
+        boundaries = sorted({base, base + CHUNK_HEADER_SIZE, *layout.groups, layout.end})
+        assert {e for e in ends if e > base} <= set(boundaries)
+        appended = [g for g, stop in zip(layout.groups, [*layout.groups[1:], layout.end], strict=True) if stop in ends]
         reader = DirectoryReader(root)
-        # the last chunk growing (a live hub), cut again (a failed write undone), torn (a crash)
-        for cut in data.draw(st.lists(st.integers(0, len(whole)), min_size=1, max_size=12)):
-            path.write_bytes(whole[:cut])
-            keep, _ = frames.recover_chunk(whole[:cut])
-            assert reader.bounds("s")[1] == base + keep
+        shown = base  # where the reader's last answer ended
+        now = b""
+        # the last chunk growing (a live hub), torn (a crash; the file cut, or a chunk written ahead holding zeros
+        # from the cut on), a group the reader had read undone (a failed fsync: the hub zeroes its COMMIT frame,
+        # store/segment.py _undo) and written again
+        steps = data.draw(st.lists(st.tuples(st.integers(0, 1 << 20), st.booleans()), min_size=1, max_size=12))
+        for raw, zeros in steps:
+            cut = raw % (len(whole) + 1)  # the file's length varies (a spare taken or not): not the draws
+            undone = [g for g in appended if g < shown]
+            if cut < shown - base and undone:  # bytes the reader has read change only so
+                at = undone[-1] - base
+                now = now[:at] + bytes(COMMIT_SIZE) + now[at + COMMIT_SIZE :]
+            else:
+                # (a chunk file of zeros alone, no header, is test_recovery's "zeros" chunk torn as it was started)
+                now = torn(whole, max(cut, shown - base), zeros and cut > 0)
+            path.write_bytes(now)
+            # recovery keeps the groups whose bytes are all there, as written (zeros where zeros were written)
+            keep = max(b for b in boundaries if now[: b - base] == whole[: b - base])
+            assert walk_chunk(now, base).end == keep  # as recovery walks it
+            shown = reader.bounds("s")[1]
+            assert shown == keep
             events = [bytes(b) for o, b in reader.iter_events("s") if o >= base]
-            assert events == [bytes(b) for _, t, b in frames.iter_frames(whole[:keep]) if t == frames.EVENT]
+            assert events == [bytes(b) for _, t, b in frames.iter_frames(whole[: keep - base]) if t == frames.EVENT]
     finally:
         shutil.rmtree(root)

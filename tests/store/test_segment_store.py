@@ -22,8 +22,15 @@ from logport.errors import (
     WriterOffsetMismatch,
 )
 from logport.store import AppendResult, SegmentStore, WriterCondition, frames
+from logport.store.chunkwriter import ChunkWriter
 from logport.store.files import chunk_path, list_chunk_bases
+from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, walk_chunk
 from logport.store.reader import DirectoryReader
+from logport.store.writers import WriterState
+
+# format v2: a segment's first chunk starts with its header, and every commit group with a COMMIT frame
+# (store records, skipped by readers as every negative frame type): the first event is at FIRST
+FIRST = CHUNK_HEADER_SIZE + COMMIT_SIZE
 
 
 def events_of(data: bytes, base: int = 0) -> list[tuple[int, bytes]]:
@@ -55,8 +62,8 @@ async def test_append_and_read_round_trip(store: SegmentStore, bodies: list[byte
     result = await store.append("s", bodies)
     # several frames are preceded by a 20-byte record that makes the append all-or-nothing
     group = 20 if len(bodies) > 1 else 0
-    assert result.offset == group
-    assert result.end_offset == group + sum(8 + len(b) for b in bodies)
+    assert result.offset == FIRST + group
+    assert result.end_offset == FIRST + group + sum(8 + len(b) for b in bodies)
     assert [b for _, b in await read_all(store, "s")] == bodies
     raw = await store.read("s", result.offset, 1 << 20)
     assert raw.data == frames.frame_events(bodies)
@@ -66,10 +73,14 @@ async def test_append_and_read_round_trip(store: SegmentStore, bodies: list[byte
 async def test_offsets_are_byte_positions(store: SegmentStore) -> None:
     a = await store.append("s", [b"abc"])
     b = await store.append("s", [b"defg"])
-    assert (a.offset, a.end_offset) == (0, 11)
-    assert (b.offset, b.end_offset) == (11, 23)
-    r = await store.read("s", 11, 100)
-    assert events_of(r.data, 11) == [(11, b"defg")]
+    assert (a.offset, a.end_offset) == (FIRST, FIRST + 11)
+    # the next group's COMMIT frame follows right where the last one ended, then its event
+    assert (b.offset, b.end_offset) == (a.end_offset + COMMIT_SIZE, a.end_offset + COMMIT_SIZE + 12)
+    r = await store.read("s", a.end_offset, 100)  # from the end of the last append: the next one, at its offset
+    assert frames.HEADER.unpack_from(r.data, 0)[0] == frames.COMMIT
+    assert events_of(r.data, a.end_offset) == [(b.offset, b"defg")]
+    r = await store.read("s", b.offset, 100)
+    assert events_of(r.data, b.offset) == [(b.offset, b"defg")]
 
 
 async def test_concurrent_appends_are_group_committed(store: SegmentStore) -> None:
@@ -93,7 +104,10 @@ async def test_chunks_roll_and_survive_reopen(tmp_path: Path) -> None:
     bases = list_chunk_bases(seg_dir)
     assert bases[0] == 0
     for base, nxt in zip(bases, bases[1:], strict=False):
-        assert base + chunk_path(seg_dir, base).stat().st_size == nxt  # byte-addressed, no gaps
+        # byte-addressed, no gaps: a chunk's data (not its file, which may be written ahead) ends where the
+        # next chunk starts, every group of it valid
+        layout = walk_chunk(chunk_path(seg_dir, base).read_bytes(), base)
+        assert (layout.end, layout.corrupt) == (nxt, [])
         assert nxt - base <= 1024
     store = await SegmentStore.open(cfg)
     assert [b for _, b in await read_all(store, "s")] == bodies
@@ -250,12 +264,16 @@ async def test_retention_by_size(tmp_path: Path) -> None:
     cfg = StoreConfig(data_dir=str(tmp_path), chunk_size=1000, max_frame_size=500, retention_bytes=2500)
     store = await SegmentStore.open(cfg)
     for _ in range(50):
-        await store.append("s", [b"r" * 92])  # 100-byte frames, 10 a chunk
+        await store.append("s", [b"r" * 92])  # 100-byte frames, a group each: 7 a chunk, after its header
     await store.enforce_retention()
     info = store.info("s")
-    assert info.end_offset == 5000
-    assert 2500 - 1000 <= info.bytes <= 2500 + 1000  # whole chunks only
-    assert info.start_offset % 1000 == 0
+    group = COMMIT_SIZE + 100
+    per_chunk = (1000 - CHUNK_HEADER_SIZE) // group
+    chunk_bytes = CHUNK_HEADER_SIZE + per_chunk * group
+    assert per_chunk == 7
+    assert info.end_offset == 50 // per_chunk * chunk_bytes + CHUNK_HEADER_SIZE + 50 % per_chunk * group
+    assert 2500 - chunk_bytes <= info.bytes <= 2500 + chunk_bytes  # whole chunks only
+    assert info.start_offset % chunk_bytes == 0 and info.start_offset in list_chunk_bases(tmp_path / "segments" / "s")
     await store.close()
 
 
@@ -265,11 +283,15 @@ async def test_retention_by_age(tmp_path: Path) -> None:
     for _ in range(30):
         await store.append("s", [b"r" * 92])
     seg_dir = tmp_path / "segments" / "s"
+    bases = list_chunk_bases(seg_dir)
+    chunk_bytes = CHUNK_HEADER_SIZE + 7 * (COMMIT_SIZE + 100)  # 7 groups of one 100-byte frame a chunk
+    assert bases[:3] == [0, chunk_bytes, 2 * chunk_bytes]
     old = time.time() - 3600
-    for base in list_chunk_bases(seg_dir)[:2]:
+    for base in bases[:2]:
         os.utime(chunk_path(seg_dir, base), (old, old))
     await store.enforce_retention()
-    assert store.info("s").start_offset == 2000
+    assert store.info("s").start_offset == bases[2]
+    assert list_chunk_bases(seg_dir)[0] == bases[2]
     await store.close()
 
 
@@ -289,7 +311,7 @@ async def test_tail_read_waits_for_the_next_append(store: SegmentStore) -> None:
     r = await store.read("s", end, 100, wait=5)
     elapsed = time.monotonic() - t0
     await task
-    assert events_of(r.data, end) == [(end, b"second")]
+    assert events_of(r.data, end) == [(end + COMMIT_SIZE, b"second")]  # after its group's COMMIT frame
     assert 0.03 < elapsed < 2
 
 
@@ -402,7 +424,8 @@ async def test_a_failed_write_acknowledges_nothing_and_the_store_goes_on(tmp_pat
     assert store.writer_offset("s", b"w") == 0
     monkeypatch.setattr(os, "pwritev", real_pwritev)
     after = await store.append("s", [b"after"])
-    assert after.offset == 14  # the failed bytes were cut, not left in the middle
+    # the failed bytes were written over, not left in the middle: the next group starts where "before" ended
+    assert after.offset == FIRST + 14 + COMMIT_SIZE
     assert [b for _, b in await read_all(store, "s")] == [b"before", b"after"]
     await store.close()
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
@@ -429,6 +452,9 @@ async def test_a_retry_in_the_same_group_as_a_failed_write_fails_with_it(tmp_pat
     monkeypatch.undo()
     again = await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
     assert not again.duplicate
+    # the writer thread may still be finishing its job: an append made meanwhile is answered inside the call
+    # (see _enqueue), and the metric counts it a turn of the loop later; wait for the thread to be idle
+    await until(lambda: not store.segment("s")._writing)
     assert (await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))).duplicate
     sample = store.metrics.registry.get_sample_value
     assert sample("logport_store_write_errors_total", {"segment": "s"}) == 2
@@ -468,17 +494,16 @@ async def test_a_writer_key_too_long_for_the_chunk_table_is_refused(store: Segme
 async def test_an_unexpected_error_fails_its_group_and_the_store_goes_on(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from logport.errors import StoreWriteFailed
-    from logport.store.segment import Segment
 
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
     await store.create("s")
-    real = Segment._write_sync
+    real = ChunkWriter.write
 
-    def broken(self: Segment, accepted: list) -> list[int]:
-        monkeypatch.setattr(Segment, "_write_sync", real)
+    def broken(self: ChunkWriter, accepted: list, writers: object) -> list[int]:  # type: ignore[type-arg]
+        monkeypatch.setattr(ChunkWriter, "write", real)
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Segment, "_write_sync", broken)
+    monkeypatch.setattr(ChunkWriter, "write", broken)
     with pytest.raises(StoreWriteFailed, match="a bug"):
         await store.append("s", [b"x"])
     assert not (await store.append("s", [b"y"])).duplicate
@@ -490,18 +515,17 @@ async def test_a_group_failing_after_its_write_leaves_nothing_behind(tmp_path: P
     """A bug past the pwritev (here in the fsync) fails the group: its bytes must not become readable
     with the next append, nor its writer offset stored, or the client's retry would be stored twice."""
     from logport.errors import StoreWriteFailed
-    from logport.store.segment import Segment
 
     config = StoreConfig(data_dir=str(tmp_path))
     store = await SegmentStore.open(config)
     await store.create("s")
-    real = Segment._sync_active
+    real = ChunkWriter.sync
 
-    def broken(self: Segment) -> None:
-        monkeypatch.setattr(Segment, "_sync_active", real)
+    def broken(self: ChunkWriter) -> None:
+        monkeypatch.setattr(ChunkWriter, "sync", real)
         raise RuntimeError("a bug after the write")
 
-    monkeypatch.setattr(Segment, "_sync_active", broken)
+    monkeypatch.setattr(ChunkWriter, "sync", broken)
     with pytest.raises(StoreWriteFailed, match="a bug after the write"):
         await store.append("s", [b"lost"], writer=WriterCondition(b"w", end=1))
     retry = await store.append("s", [b"lost"], writer=WriterCondition(b"w", end=1))
@@ -532,6 +556,9 @@ async def test_a_stored_retry_is_a_duplicate_even_when_its_group_fails(store: Se
 
 async def test_a_cancelled_retry_does_not_stop_the_commit_loop(store: SegmentStore) -> None:
     await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
+    # with the writer thread still finishing its job, the retry would be answered inside the call (see
+    # _enqueue), before it could be cancelled: the retry must wait in the queue for the commit loop
+    await until(lambda: not store.segment("s")._writing)
     retry = asyncio.create_task(store.append("s", [b"x"], writer=WriterCondition(b"w", end=1)))
     await asyncio.sleep(0)
     retry.cancel()
@@ -613,7 +640,7 @@ async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypa
                                                        writeback_bytes: int, sliced: bool) -> None:
     """Of a group larger than store.writeback_bytes, each whole slice is handed to writeback as it is
     written, and the last is left to the fdatasync; the bytes are the same either way."""
-    import logport.store.segment as segment_module
+    import logport.store.chunkwriter as segment_module
     from logport.store.files import start_writeback
 
     started: list[tuple[int, int]] = []
@@ -629,7 +656,17 @@ async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypa
     bodies = [bytes([i]) * 1000 for i in range(10)]
     await asyncio.gather(*(store.append("s", [b]) for b in bodies))  # one group of 10 frames, 10,080 bytes
     if sliced:
-        assert started == [(0, 3024), (3024, 3024), (6048, 3024)]  # three frames each; the last slice is not
+        # the buffers written: the group's COMMIT frame, then each frame's header and body; a slice ends at the
+        # first of them that takes it to writeback_bytes, from the group's start (after the chunk's header)
+        first = COMMIT_SIZE + 1008 * 2 + 8  # the COMMIT frame, two frames and the third's header
+        second = 1000 + 1008 * 2  # the third's body and two frames
+        third = 1008 * 3  # three frames
+        at = CHUNK_HEADER_SIZE
+        assert started == [(at, first), (at + first, second), (at + first + second, third)]
+        assert all(length >= writeback_bytes for _, length in started)
+        assert all(a + n == b for (a, n), (b, _) in zip(started, started[1:], strict=False))  # back to back
+        group_end = CHUNK_HEADER_SIZE + COMMIT_SIZE + 10 * 1008
+        assert 0 < group_end - sum(started[-1]) < writeback_bytes  # the last slice is not
     else:
         assert started == []
     assert [b for _, b in await read_all(store, "s")] == bodies
@@ -648,7 +685,7 @@ def test_start_writeback_names_the_error() -> None:
 
 async def test_a_writeback_error_fails_its_group_and_leaves_nothing_behind(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import logport.store.segment as segment_module
+    import logport.store.chunkwriter as segment_module
     from logport.errors import StoreWriteFailed
 
     config = StoreConfig(data_dir=str(tmp_path), writeback_bytes=1024)
@@ -660,13 +697,14 @@ async def test_a_writeback_error_fails_its_group_and_leaves_nothing_behind(tmp_p
         raise OSError(5, "sync_file_range: Input/output error")
 
     monkeypatch.setattr(segment_module, "start_writeback", broken)
+    # two events: the first slice goes to writeback, the last is left to the fdatasync
     with pytest.raises(StoreWriteFailed, match="Input/output error"):
-        await store.append("s", [b"b" * 3000], writer=WriterCondition(b"w", end=1))
+        await store.append("s", [b"b" * 3000, b"c" * 3000], writer=WriterCondition(b"w", end=1))
     monkeypatch.undo()
-    assert not (await store.append("s", [b"b" * 3000], writer=WriterCondition(b"w", end=1))).duplicate
+    assert not (await store.append("s", [b"b" * 3000, b"c" * 3000], writer=WriterCondition(b"w", end=1))).duplicate
     await store.close()
     store = await SegmentStore.open(config)
-    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"b"]
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"b", b"c"]
     await store.close()
 
 
@@ -677,23 +715,22 @@ def gated_write(monkeypatch: pytest.MonkeyPatch, fail_first: bool = False,
                 writers_seen: list[dict[bytes, int]] | None = None) -> tuple[threading.Event, list[int]]:
     """Hold the writer thread's first write until the gate opens (then fail it, if asked); count
     the appends each write carries, and keep the writer state each write starts from."""
-    from logport.store.segment import Segment
 
     gate = threading.Event()
     sizes: list[int] = []
-    real = Segment._write_sync
+    real = ChunkWriter.write
 
-    def write(self: Segment, accepted: list) -> list[int]:  # type: ignore[type-arg]
+    def write(self: ChunkWriter, accepted: list, writers: WriterState) -> list[int]:  # type: ignore[type-arg]
         sizes.append(len(accepted))
         if writers_seen is not None:
-            writers_seen.append(dict(self.writers))
+            writers_seen.append(dict(writers.stored))
         if len(sizes) == 1:
             assert gate.wait(10)
             if fail_first:
                 raise OSError(5, "Input/output error")
-        return real(self, accepted)
+        return real(self, accepted, writers)
 
-    monkeypatch.setattr(Segment, "_write_sync", write)
+    monkeypatch.setattr(ChunkWriter, "write", write)
     return gate, sizes
 
 
@@ -716,6 +753,7 @@ async def test_groups_staged_while_the_thread_writes_go_in_its_next_commit(tmp_p
     store = await SegmentStore.open(config)
     await store.create("s")
     await store.append("s", [b"x" * 1990])  # the second write starts a chunk, before "c"
+    await until(lambda: not store.segment("s")._writing)  # that job is over: the next write is a new one
     jobs: list[int] = []
     real_job = Segment._write_staged
     monkeypatch.setattr(Segment, "_write_staged", lambda self, loop: (jobs.append(1), real_job(self, loop))[1])
@@ -863,7 +901,7 @@ async def test_close_waits_for_the_writer_thread(tmp_path: Path, monkeypatch: py
     assert not closing.done()
     gate.set()
     await closing
-    assert (await append).end_offset == 9
+    assert (await append).end_offset == FIRST + 9
 
 
 async def test_pipelined_writers_under_failing_fsyncs_store_each_item_once_in_order(
@@ -875,13 +913,12 @@ async def test_pipelined_writers_under_failing_fsyncs_store_each_item_once_in_or
     import random
 
     from logport.errors import StoreWriteFailed
-    from logport.store.segment import Segment
 
     rng = random.Random(7)
-    real = Segment._sync_active
+    real = ChunkWriter.sync
     failures = [0]
 
-    def flaky(self: Segment) -> None:
+    def flaky(self: ChunkWriter) -> None:
         if rng.random() < 0.2:
             failures[0] += 1
             raise OSError(5, "Input/output error")
@@ -890,7 +927,7 @@ async def test_pipelined_writers_under_failing_fsyncs_store_each_item_once_in_or
     config = StoreConfig(data_dir=str(tmp_path), chunk_size=8192, max_frame_size=1024)
     store = await SegmentStore.open(config)
     await store.create("s")
-    monkeypatch.setattr(Segment, "_sync_active", flaky)
+    monkeypatch.setattr(ChunkWriter, "sync", flaky)
     items = 60
 
     async def writer(w: int) -> None:

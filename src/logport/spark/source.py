@@ -9,6 +9,7 @@ exactly where the last committed batch ended.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +30,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from logport.errors import OffsetTruncated
+from logport.errors import CorruptData, OffsetTruncated
 from logport.spark.columns import ROWS_PER_BATCH, SPARK_SCHEMA, frames_to_batches
 from logport.spark.segments import SegmentAccess, SourceOptionError, open_segments, select_segments
 from logport.store import frames
 from logport.store.reader import count_events
+
+log = logging.getLogger("logport.spark")
 
 DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024
 EARLIEST, LATEST = -2, -1  # as numbers inside a JSON offsets option (Kafka's convention)
@@ -49,6 +52,11 @@ class SegmentRange(InputPartition):
     segment: str
     start: int
     end: int
+
+
+def _is_record(frame_type: int) -> bool:
+    """One of the store's own records (negative types), which readers skip: no rows."""
+    return frame_type < 0
 
 
 def _sorted(offsets: Offsets) -> Offsets:
@@ -112,13 +120,23 @@ class SegmentPlanner:
         return select_segments(self.access.names(), self.patterns)
 
     def complete_end(self, name: str, start: int, end: int | None = None) -> int:
-        """The end of the last whole frame at or before `end` (default: the segment's end), from `start`."""
-        if end is None:
-            end = self.access.bounds(name)[1]
+        """The end of the last whole frame at or before `end` (default: the segment's end), from `start`.
+
+        The segment's end is one already: a store's end, and a data directory's, is where a whole commit
+        ends. A corrupt range on the way is skipped with failOnDataLoss=false (it ends on a frame)."""
+        bound = self.access.bounds(name)[1]
+        if end is None or end >= bound:
+            return bound
         position = start
-        for offset, _, length in self.access.frame_headers(name, start, end):
-            position = offset + frames.HEADER_SIZE + length
-        return position
+        while True:
+            try:
+                for offset, _, length in self.access.frame_headers(name, position, end):
+                    position = offset + frames.HEADER_SIZE + length
+                return position
+            except CorruptData as e:
+                if self.fail_on_data_loss or e.end <= position or e.end > end:
+                    raise
+                position = e.end
 
     def resolve(self, spec: str | dict[str, int], names: list[str], *, ending: bool) -> Offsets:
         """Offsets for earliest / latest / a JSON map (segments left out of the map: earliest, or latest when ending).
@@ -166,9 +184,10 @@ class SegmentPlanner:
             return [SegmentRange(name, start, end)]
         ranges = []
         cut = start
-        for offset, _, length in self.access.frame_headers(name, start, end):
+        for offset, frame_type, length in self.access.frame_headers(name, start, end):
             stop = offset + frames.HEADER_SIZE + length
-            if stop - cut >= self.partition_bytes:
+            # Never right after one of the store's records: it goes with the frames after it (see _advance).
+            if not _is_record(frame_type) and stop - cut >= self.partition_bytes:
                 ranges.append(SegmentRange(name, cut, stop))
                 cut = stop
         if cut < end:
@@ -187,11 +206,29 @@ def read_range(options: dict[str, str], partition: SegmentRange) -> Iterator[pa.
     """The rows of one partition (runs in a task: opens its own access)."""
     access = open_segments(options)
     try:
-        frames_in_range = access.iter_frames(partition.segment, partition.start, partition.end)
         rows = _int_option(options, "rowsperbatch", ROWS_PER_BATCH) or ROWS_PER_BATCH
+        frames_in_range = _frames_past_corruption(access, partition, options.get("failondataloss", "true"))
         yield from frames_to_batches(partition.segment, frames_in_range, rows)
     finally:
         access.close()
+
+
+def _frames_past_corruption(access: SegmentAccess, partition: SegmentRange,
+                            fail_on_data_loss: str) -> Iterator[tuple[int, int, bytes | memoryview]]:
+    """The partition's frames; a corrupt range (format v2's checksums) fails the task, or, with
+    failOnDataLoss=false, is skipped with a warning: it ends on a commit group's boundary, a frame's."""
+    start = partition.start
+    while True:
+        try:
+            for frame in access.iter_frames(partition.segment, start, partition.end):
+                start = frame[0] + 8 + len(frame[2])
+                yield frame
+            return
+        except CorruptData as e:
+            if fail_on_data_loss.lower() != "false" or e.end <= start:
+                raise
+            log.warning("skipping corrupt data (failOnDataLoss=false): %s", e)
+            start = e.end
 
 
 class LogportBatchReader(DataSourceReader):
@@ -288,23 +325,41 @@ class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _advance(self, name: str, start: int, limit: int, share: int | None, by_rows: bool,
                  max_frames: int | None = None) -> tuple[int, int]:
-        """(new offset, bytes or rows admitted) from `start`: whole frames below `limit`, at most `share`."""
-        position, taken, count = start, 0, 0
+        """(new offset, bytes or rows admitted) from `start`: whole frames below `limit`, at most `share`,
+        at most `max_frames` events.
+
+        The store's records (format v2's chunk header and commit frames, writer records and tables) go
+        with the event after them: the offset never ends right after one, where a batch would hold a
+        record and none of the rows it heads (with `max_frames` 1, only a commit frame), and its range
+        would end inside the commit group the next batch reads. Records the walk ends on at `limit` are
+        taken when everything before them was.
+        """
         if limit <= start:
-            return position, 0
+            return start, 0
+        position, taken, count = start, 0, 0  # after the last event admitted
+        ahead, ahead_taken = start, 0  # and after the records that follow it, admitted with the next event
+        for offset, frame_type, size, cost in self._frame_costs(name, start, limit, by_rows):
+            record = _is_record(frame_type)
+            if (share is not None and ahead_taken + cost > share) or (not record and count == max_frames):
+                break
+            ahead, ahead_taken = offset + size, ahead_taken + cost
+            if not record:
+                position, taken, count = ahead, ahead_taken, count + 1
+        else:
+            position, taken = ahead, ahead_taken
+        return position, taken
+
+    def _frame_costs(self, name: str, start: int, limit: int, by_rows: bool) -> Iterator[tuple[int, int, int, int]]:
+        """(offset, type, size, cost) of each whole frame in [start, limit); its cost in rows (a record's: 0)
+        or in bytes."""
         if by_rows:
             for offset, frame_type, body in self.planner.access.iter_frames(name, start, limit):
                 rows = count_events(body) if frame_type == frames.EVENT else 0
-                if (share is not None and taken + rows > share) or count == max_frames:
-                    break
-                position, taken, count = offset + frames.HEADER_SIZE + len(body), taken + rows, count + 1
-            return position, taken
-        for offset, _, length in self.planner.access.frame_headers(name, start, limit):
-            size = frames.HEADER_SIZE + length
-            if (share is not None and taken + size > share) or count == max_frames:
-                break
-            position, taken, count = offset + size, taken + size, count + 1
-        return position, taken
+                yield offset, frame_type, frames.HEADER_SIZE + len(body), rows
+        else:
+            for offset, frame_type, length in self.planner.access.frame_headers(name, start, limit):
+                size = frames.HEADER_SIZE + length
+                yield offset, frame_type, size, size
 
     def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
         names = self.planner.segments()

@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -163,3 +164,122 @@ class ChunkReader:
     def close(self) -> None:
         for base in list(self._fds):
             self._close_fd(base)
+
+
+SPARE_PREFIX = "spare."  # spare.<n>.chunk: a chunk file written ahead (zeros) or recycled, to be a next chunk
+SPARE_SUFFIX = ".chunk"
+_PREPARING = "spare.tmp"
+_ZEROS = bytes(1024 * 1024)
+
+
+class ChunkFiles:
+    """Where a segment's next chunk file comes from: a spare one when there is one, else a new file.
+
+    A commit that overwrites blocks already allocated and written commits no filesystem journal with its
+    fdatasync; one that appends does (size, allocation). So chunks that retention drops are kept as
+    spares, up to `spares` of them (`recycle`, as PostgreSQL recycles its WAL segments), and, with
+    `prewrite`, one is written ahead with zeros in the background when none is spare (`prepare`). A
+    chunk's head is written and synced before the file takes the chunk's name, so a chunk file never
+    starts with anything but its own head.
+    """
+
+    def __init__(self, seg_dir: Path, chunk_size: int, spares: int = 2) -> None:
+        self.seg_dir = seg_dir
+        self.chunk_size = chunk_size
+        self.spares_max = spares
+        self.stopping = False
+        self._lock = threading.Lock()  # the writer thread takes spares while the others add them
+
+    def spares(self) -> list[Path]:
+        """The spare chunk files, oldest first."""
+        found = []
+        for entry in os.scandir(self.seg_dir):
+            number = entry.name[len(SPARE_PREFIX) : -len(SPARE_SUFFIX)]
+            if entry.name.startswith(SPARE_PREFIX) and entry.name.endswith(SPARE_SUFFIX) and number.isdigit():
+                found.append((int(number), Path(entry.path)))
+        return [path for _, path in sorted(found)]
+
+    def _add_spare(self, path: Path) -> None:
+        """Rename `path` to the next spare's name (under the lock)."""
+        spares = self.spares()
+        number = int(spares[-1].name[len(SPARE_PREFIX) : -len(SPARE_SUFFIX)]) + 1 if spares else 0
+        os.rename(path, self.seg_dir / f"{SPARE_PREFIX}{number}{SPARE_SUFFIX}")
+
+    def clear_leftovers(self) -> None:
+        """A preparation cut short by a crash is started again, not finished."""
+        (self.seg_dir / _PREPARING).unlink(missing_ok=True)
+
+    def start_chunk(self, base: int, head: bytes) -> bool:
+        """Create the chunk file at `base` holding `head`, durably (the file and its name); True if it
+        took a spare."""
+        path = chunk_path(self.seg_dir, base)
+        with self._lock:
+            spares = self.spares()
+            if spares:
+                fd = os.open(spares[0], os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.pwrite(fd, head, 0)
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(spares[0], path)
+        if not spares:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, head)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(self.seg_dir)
+        return bool(spares)
+
+    def prepare(self) -> bool:
+        """Write a chunk ahead (zeros, synced) when none is spare; False if it was stopped."""
+        if self.spares():
+            return True
+        tmp = self.seg_dir / _PREPARING
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            at = 0
+            while at < self.chunk_size and not self.stopping:
+                at += os.pwrite(fd, memoryview(_ZEROS)[: self.chunk_size - at], at)
+            if at >= self.chunk_size:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if at < self.chunk_size:
+            tmp.unlink(missing_ok=True)
+            return False
+        with self._lock:
+            self._add_spare(tmp)
+        fsync_dir(self.seg_dir)
+        return True
+
+    def recycle(self, base: int) -> bool:
+        """Keep a dropped chunk as a spare while there are fewer than `spares`, else delete it; True if
+        kept. A chunk shorter than `chunk_size` (it rolled a little before it) is written out to it with
+        zeros, so that a commit never appends to a spare. The caller syncs the directory."""
+        path = chunk_path(self.seg_dir, base)
+        if len(self.spares()) < self.spares_max:
+            try:
+                self._fill(path)
+                with self._lock:
+                    if len(self.spares()) < self.spares_max:
+                        self._add_spare(path)
+                        return True
+            except FileNotFoundError:
+                return False
+        path.unlink(missing_ok=True)
+        return False
+
+    def _fill(self, path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            at = os.fstat(fd).st_size
+            if at >= self.chunk_size:
+                return
+            while at < self.chunk_size:
+                at += os.pwrite(fd, memoryview(_ZEROS)[: self.chunk_size - at], at)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)

@@ -19,7 +19,10 @@ EVENT: Final = 0
 WRITER_RECORD: Final = -1
 # body: uint32 count, then per writer: uint16 key length, key, uint64 offset
 WRITER_TABLE: Final = -2
-STORED_TYPES: Final = (EVENT, WRITER_RECORD, WRITER_TABLE)  # every frame the store writes
+# format v2 (store/groups.py): the first frame of a chunk, and the head of each commit group
+CHUNK_HEADER: Final = -3
+COMMIT: Final = -4
+STORED_TYPES: Final = (EVENT, WRITER_RECORD, WRITER_TABLE, CHUNK_HEADER, COMMIT)  # every frame the store writes
 
 _WRITER_RECORD_FIXED = struct.Struct(">QI")
 _U32 = struct.Struct(">I")
@@ -124,6 +127,12 @@ class ChunkScan:
         self.broken = False
         self._pending: tuple[int, int, bytes, int] | None = None  # (record start, covered end, key, value)
 
+    def restart(self) -> None:
+        """Scan another run of frames (a v2 commit group) from offset 0, keeping the writer state."""
+        self.keep = 0
+        self.broken = False
+        self._pending = None
+
     @property
     def pending_start(self) -> int | None:
         """Where the group record waiting for the rest of its data starts, if one does."""
@@ -168,7 +177,7 @@ class ChunkScan:
         return True
 
 
-def recover_chunk(data: bytes | memoryview) -> tuple[int, dict[bytes, int]]:
+def recover_chunk(data: bytes | bytearray | memoryview) -> tuple[int, dict[bytes, int]]:
     """Scan a chunk's bytes: (length to keep, writer state at its end).
 
     A torn final frame is cut. A writer record is valid only when all of the

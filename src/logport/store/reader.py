@@ -1,7 +1,7 @@
 """Read a data directory without a running hub (or beside one): CLI, Spark executors, tools.
 
-Read-only: it never cuts a torn tail, it just stops where recovery would cut (an incomplete
-frame, or a multi-frame append not all written).
+Read-only: it never cuts a torn tail, it just stops where recovery would (the last valid commit group;
+a v1 chunk's last whole append), and every byte it hands out passed its checksum (store/verified.py).
 """
 
 from __future__ import annotations
@@ -14,29 +14,33 @@ from typing import Any
 
 from logport.batch import BatchDecodeError, decode_batch, iter_entries
 from logport.errors import NoSuchSegment, OffsetTruncated, StoreError
-from logport.store import frames
+from logport.store import frames, groups
 from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState, check_segment_name
+from logport.store.verified import VerifiedReads
 
 READ_SIZE = 4 * 1024 * 1024
 HEADER_WINDOW = 256 * 1024  # bytes read at a time when only frame headers are wanted
 
 
 @dataclass(slots=True)
-class _TailScan:
-    """How far a segment's last chunk was walked, and what recovery would keep of it (from its base)."""
+class _Tail:
+    """The last chunk of a segment as far as it was walked, so that a follower reads only what was added."""
 
-    base: int
+    layout: groups.ChunkLayout
     scan: frames.ChunkScan = field(default_factory=frames.ChunkScan)
-    walked: int = 0  # where the next frame header is read
-    last: tuple[int, bytes] | None = None  # the last frame walked: offset and header (the file rewritten?)
-    group: tuple[int, bytes] | None = None  # the group record waiting for its data: offset and whole frame
+    last_head: bytes = b""  # the head of the last group walked (its COMMIT frame), as it was read
+
+    def head_position(self) -> int:
+        layout = self.layout
+        return layout.groups[-1] if layout.groups else layout.base
 
 
 class DirectoryReader:
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / SEGMENTS_DIR
         self._readers: dict[str, ChunkReader] = {}
-        self._tails: dict[str, _TailScan] = {}
+        self._verified: dict[str, VerifiedReads] = {}
+        self._tails: dict[str, _Tail] = {}
 
     def segment_names(self) -> list[str]:
         if not self.root.is_dir():
@@ -51,6 +55,7 @@ class DirectoryReader:
             if not seg_dir.is_dir():
                 raise NoSuchSegment(name)
             reader = self._readers[name] = ChunkReader(seg_dir)
+            self._verified[name] = VerifiedReads(name, reader)
         elif refresh:
             reader.refresh()
         return reader
@@ -78,36 +83,39 @@ class DirectoryReader:
         return start, max(start, self._recoverable_end(name, reader)), state.sealed
 
     def _recoverable_end(self, name: str, reader: ChunkReader) -> int:
-        """The end of what recovery would keep of the last chunk, walking only the frames added since.
+        """The end of what recovery would keep of the last chunk: its last valid commit group (v2), its
+        last whole append (v1). A v2 chunk is walked whole once, then only what was added since.
 
         The chunks before it are whole: the store syncs a chunk before it starts the next one.
         """
         base = reader.bases[-1]
         size = reader.chunk_end(base) - base
         tail = self._tails.get(name)
-        if (tail is None or tail.base != base or size < tail.walked or tail.scan.broken
-                or not _bytes_unchanged(reader, tail.last) or not _bytes_unchanged(reader, tail.group)):
-            # new, or cut (and perhaps rewritten) since: the hub writes only layouts recovery keeps, so a broken
-            # one walked before was a tail it undid and wrote again; what is truly broken is walked again
-            tail = self._tails[name] = _TailScan(base)
-        scan = tail.scan
-        for offset, frame_type, length, body in walk_frames(reader.pread, base + tail.walked, base + size,
-                                                            _RECORD_TYPES):
-            tail.walked = offset - base + frames.HEADER_SIZE + length
-            header = frames.HEADER.pack(frame_type, length)
-            tail.last = (offset, header)
-            if not scan.add(offset - base, frame_type, length, body):
-                break
-            if scan.pending_start == offset - base:  # this record's group: seen whole only if not rewritten
-                tail.group = (offset, header + bytes(body))
-        return base + scan.keep
+        if (tail is None or tail.layout.base != base or tail.layout.version != groups.VERSION
+                or size < tail.layout.end - base or self._head(reader, tail) != tail.last_head):
+            # new; or a group walked before was undone since (a write whose fsync failed, its COMMIT frame
+            # zeroed) and perhaps written over: walked again, from the chunk's start
+            scan = frames.ChunkScan()
+            data = reader.pread(base, size, base + size)
+            tail = self._tails[name] = _Tail(groups.walk_chunk(data, base, scan=scan), scan)
+        else:
+            groups.follow_chunk(tail.layout, tail.scan, lambda at, n: reader.pread(base + at, n, base + size), size)
+        tail.last_head = self._head(reader, tail)
+        self._verified[name].set_last(tail.layout)
+        return tail.layout.end
+
+    @staticmethod
+    def _head(reader: ChunkReader, tail: _Tail) -> bytes:
+        at = tail.head_position()
+        return reader.pread(at, groups.COMMIT_SIZE, at + groups.COMMIT_SIZE)
 
     def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
-        reader = self._reader(name)
+        self._reader(name)
+        read = self._verified[name].read
         offset = start
         while offset < end:
-            data = reader.pread(offset, read_size, end if end > offset else offset)
+            data = read(offset, read_size, end)
             if not data:
                 return
             consumed = 0
@@ -117,7 +125,7 @@ class DirectoryReader:
             if consumed == 0:
                 if len(data) >= frames.HEADER_SIZE:
                     _, length = frames.HEADER.unpack_from(data, 0)
-                    whole = reader.pread(offset, frames.HEADER_SIZE + length, end)
+                    whole = read(offset, frames.HEADER_SIZE + length, end)
                     if len(whole) == frames.HEADER_SIZE + length:
                         frame_type, _ = frames.HEADER.unpack_from(whole, 0)
                         yield offset, frame_type, memoryview(whole)[frames.HEADER_SIZE :]
@@ -194,9 +202,6 @@ class DirectoryReader:
                 "events": events, "sealed": sealed}
 
 
-_RECORD_TYPES = frozenset((frames.WRITER_RECORD, frames.WRITER_TABLE))  # bodies recovery reads
-
-
 def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
     """DirectoryReader.frame_headers, on one segment's chunks."""
     for offset, frame_type, length, _ in walk_frames(reader.pread, start, end):
@@ -247,15 +252,6 @@ def walk_frames(pread: Callable[[int, int, int], bytes], start: int, end: int,
                 body = pread(pos + size, length, end)
         yield pos, frame_type, length, body
         pos = stop
-
-
-def _bytes_unchanged(reader: ChunkReader, seen: tuple[int, bytes] | None) -> bool:
-    """Whether bytes walked before (the last frame header, an open group's record) are still in the file
-    (a failed write the hub undid may have been followed by others over the same bytes)."""
-    if seen is None:
-        return True
-    offset, data = seen
-    return reader.pread(offset, len(data), offset + len(data)) == data
 
 
 def count_events(body: bytes | memoryview) -> int:

@@ -7,8 +7,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from logport.config import StoreConfig
 from logport.errors import (
+    CorruptData,
     NoSuchSegment,
     SegmentExists,
     StoreClosed,
@@ -28,6 +28,7 @@ from logport.store.segment import (
     SegmentInfo,
     WriterCondition,
 )
+from logport.store.settings import StoreConfig
 
 log = logging.getLogger("logport.store")
 
@@ -90,7 +91,13 @@ class SegmentStore:
                 log.info("segment opened", extra={"segment": path.name, "end_offset": segment.end})
 
     def _new_segment(self, name: str) -> Segment:
-        return Segment(name, self.root / name, self.config, on_commit=self._committed, on_fsync=self._fsynced)
+        return Segment(name, self.root / name, self.config, on_commit=self._committed, on_fsync=self._fsynced,
+                       on_corrupt=lambda e: self._corrupt(name, e))
+
+    def _corrupt(self, name: str, error: CorruptData) -> None:
+        self.metrics.corrupt_reads.labels(name).inc()
+        log.error("corrupt data refused", extra={"segment": name, "start": error.start, "end": error.end,
+                                                  "file": error.path})
 
     def _committed(self, name: str, appends: int, nbytes: int) -> None:
         m = self.metrics
@@ -268,7 +275,7 @@ class SegmentStore:
     def writer_offset(self, name: str, key: bytes) -> int:
         """The stored offset of a writer (0 for one never seen)."""
         segment = self._segments.get(name)
-        return segment.writers.get(key, 0) if segment is not None else 0
+        return segment.writer_state.offset(key) if segment is not None else 0
 
     # --- reads ---
 

@@ -1,0 +1,52 @@
+"""Corrupt stored bytes reach no client: the segment listener answers the read with an error naming the
+range, counts it, and serves what is sound on either side of it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from logport.clients.segment import BlockingSegmentClient
+from logport.errors import CorruptData
+from logport.store.files import SEGMENTS_DIR, chunk_path
+from logport.store.groups import COMMIT_SIZE, walk_chunk
+from tests.support import hub_config, running_hub
+
+BODIES = [f"event {i:03d} ".encode() * 8 for i in range(30)]
+
+
+async def test_the_segment_listener_refuses_a_corrupt_range_and_serves_the_rest(tmp_path: Path) -> None:
+    config = hub_config(tmp_path / "data", ["segment"])
+    async with running_hub(config) as hub:
+        assert hub.runtime is not None
+        for body in BODIES:
+            await hub.runtime.store.append("s", [body])
+    path = chunk_path(tmp_path / "data" / SEGMENTS_DIR / "s", 0)
+    layout = walk_chunk(path.read_bytes(), 0)
+    bad_start, bad_end = layout.groups[10], layout.groups[11]
+    data = bytearray(path.read_bytes())
+    data[bad_start + COMMIT_SIZE + 12] ^= 0x10  # a bit of the 11th event
+    path.write_bytes(bytes(data))
+
+    async with running_hub(config) as hub:
+        assert hub.runtime is not None
+
+        def read_all() -> tuple[list[bytes], CorruptData]:
+            client = BlockingSegmentClient("127.0.0.1", config.segment.port)
+            try:
+                got = [bytes(body) for _, t, body in client.iter_frames("s", 0, bad_start) if t == 0]
+                with pytest.raises(CorruptData) as caught:
+                    list(client.iter_frames("s", bad_start, layout.end))
+                got += [bytes(body) for _, t, body in client.iter_frames("s", caught.value.end, layout.end) if t == 0]
+                return got, caught.value
+            finally:
+                client.close()
+
+        got, error = await asyncio.to_thread(read_all)
+        assert got == BODIES[:10] + BODIES[11:]  # never a changed event; the rest is served
+        assert (error.start, error.end, error.path) == (bad_start, bad_end, str(path))
+        assert "checksum mismatch" in str(error)
+        count = hub.metrics.registry.get_sample_value("logport_store_corrupt_reads_total", {"segment": "s"})
+        assert count is not None and count >= 1
