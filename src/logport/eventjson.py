@@ -18,7 +18,10 @@ def rfc3339_ns(seconds: int, nanos: int) -> str:
 
 
 def event_objects(segment: str, offset: int, body: bytes | memoryview) -> Iterator[dict[str, Any]]:
-    """The events of one stored frame: each entry of a batch, or one raw event for opaque bytes."""
+    """The events of one stored frame: each entry of a batch, or one raw event for opaque bytes.
+
+    `option` is the batch's option map, as the Spark source's `option` column holds it (as JSON text).
+    """
     try:
         batch = decode_batch(body)
         entries = list(batch)
@@ -40,6 +43,7 @@ def event_objects(segment: str, offset: int, body: bytes | memoryview) -> Iterat
         }
         if entry.meta:
             obj["meta"] = entry.meta
+        obj["option"] = option
         yield obj
 
 

@@ -14,6 +14,10 @@ from logport.batch import encode_batch
 from logport.cli import main
 from logport.config import StoreConfig
 from logport.store import SegmentStore
+from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE
+
+# format v2: a new segment's first event follows its chunk header and its commit group's COMMIT frame
+FIRST = CHUNK_HEADER_SIZE + COMMIT_SIZE
 
 
 async def fill(data_dir: Path) -> None:
@@ -45,15 +49,18 @@ def test_segments(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_cat(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cat", "forward", "--data-dir", str(data_dir)]) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    option = {"size": 2, "source": "forward", "peer": "127.0.0.1:5000"}  # the batch's option map (README)
     assert events == [
-        {"segment": "forward", "offset": 0, "index": 0, "tag": "app.web", "time": "2023-11-14T22:13:20.000000005Z",
-         "time_ns": 1700000000000000005, "record": {"msg": "a"}, "source": "forward"},
-        {"segment": "forward", "offset": 0, "index": 1, "tag": "app.web", "time": "2023-11-14T22:13:21.999999999Z",
-         "time_ns": 1700000001999999999, "record": {"msg": "b"}, "source": "forward"},
+        {"segment": "forward", "offset": FIRST, "index": 0, "tag": "app.web", "time": "2023-11-14T22:13:20.000000005Z",
+         "time_ns": 1700000000000000005, "record": {"msg": "a"}, "source": "forward",
+         "option": option},
+        {"segment": "forward", "offset": FIRST, "index": 1, "tag": "app.web", "time": "2023-11-14T22:13:21.999999999Z",
+         "time_ns": 1700000001999999999, "record": {"msg": "b"}, "source": "forward",
+         "option": option},
     ]
     assert main(["cat", "opaque", "--data-dir", str(data_dir)]) == 0
     (raw,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert raw == {"segment": "opaque", "offset": 0, "index": 0, "raw": "AHJhdyBieXRlcw=="}
+    assert raw == {"segment": "opaque", "offset": FIRST, "index": 0, "raw": "AHJhdyBieXRlcw=="}
 
 
 def test_cat_from_an_offset_past_everything(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

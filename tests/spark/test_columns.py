@@ -39,6 +39,7 @@ def assert_same_as_cat(body: bytes) -> None:
         assert orjson.loads(row["record"]) == obj["record"]
         assert row["tag"] == obj["tag"]
         assert (orjson.loads(row["meta"]) if row["meta"] else None) == obj.get("meta")
+        assert orjson.loads(row["option"]) == obj["option"]  # cat prints the batch's option too
 
 
 def test_sample_bodies_decode_as_cat_prints_them() -> None:

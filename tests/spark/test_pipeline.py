@@ -17,7 +17,7 @@ import pytest
 
 import logport
 from logport.spark import pipeline
-from tests.spark.sample import TIME_METRICS, build_sample, write_bodies
+from tests.spark.sample import TIME_METRICS, build_sample, layout, write_bodies
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
@@ -144,6 +144,22 @@ def test_report_is_self_contained_html_with_charts(sample_run) -> None:  # type:
     assert top in text
 
 
+def test_opaque_events_are_filed_without_a_date_and_left_out_of_the_charts(spark, sample_run) -> None:  # type: ignore[no-untyped-def]
+    root, _ = sample_run
+    traffic = root / "out" / "traffic"
+    assert sorted(p.name for p in traffic.glob("date=*")) == ["date=2026-11-18", "date=__HIVE_DEFAULT_PARTITION__"]
+    rows = spark.read.parquet(str(traffic)).collect()
+    # The sample's one opaque event (in `forward`, no tag): a row of its own, without minute or date.
+    untimed = [r for r in rows if r.minute is None]
+    assert [(r.segment, r.tag, r.events, r.opaque_events, r.date) for r in untimed] == [("forward", "", 1, 1, None)]
+    assert all(r.opaque_events == 0 and str(r.date) == "2026-11-18" for r in rows if r.minute is not None)
+    page = _Page()
+    page.feed((root / "out" / "report.html").read_text(encoding="utf-8"))
+    text = " ".join(page.text)
+    assert "1 event without a time" in text and "left out of the charts" in text
+    assert "1970" not in text
+
+
 def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) -> None:
     sample = build_sample(logjam_requests=600)
     bodies = sample.bodies["logjam"]
@@ -171,20 +187,37 @@ def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) ->
         assert got[key]["total_time_p95"] == want["total_time_p95"]
 
 
-def test_progress_lines_name_rows_read_and_batches_done(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        spark) -> None:  # type: ignore[no-untyped-def]
+def test_batch_progress_lines_follow_every_stage_to_its_last_task(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  spark) -> None:  # type: ignore[no-untyped-def]
     bodies = build_sample(logjam_requests=160).bodies["logjam"]
     stored = len(bodies)  # the logjam listener stores one event per batch: as many rows as batches
     data, out = str(tmp_path / "data"), tmp_path / "out"
     write_bodies(data, {"logjam": bodies})
-    assert run("batch", "--data-dir", data, "--out", str(out / "batch"), "--outputs", "traffic", quiet=False) == 0
+    assert run("batch", "--data-dir", data, "--out", str(out), "--outputs", "traffic", quiet=False) == 0
     err = capsys.readouterr().err
     assert f"read {stored} rows from {stored} stored batches" in err
-    assert f"wrote {out / 'batch' / 'traffic'}" in err
+    assert f"wrote {out / 'traffic'}" in err
     assert re.search(r"^\[ *\d+\.\ds\] report: ", err, re.MULTILINE)
-    frame_bytes = max(len(b) for b in bodies) + 8
+    stages: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for stage, done, total in re.findall(r"stage (\d+): (\d+)/(\d+) tasks", err):
+        stages[int(stage)].append((int(done), int(total)))
+    # The read and the traffic table: a job each, a stage or more each. Every stage's last line has
+    # all of its tasks done, also a stage that started and ended between two polls; counts only grow.
+    assert len(stages) >= 2, err
+    for stage, counts in stages.items():
+        assert counts[-1][0] == counts[-1][1] > 0, (stage, counts, err)
+        assert counts == sorted(counts), (stage, counts, err)
+
+
+def test_stream_progress_lines_name_rows_read_and_batches_done(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               spark) -> None:  # type: ignore[no-untyped-def]
+    bodies = build_sample(logjam_requests=160).bodies["logjam"]
+    stored = len(bodies)
+    data, out = str(tmp_path / "data"), tmp_path / "out"
+    results = write_bodies(data, {"logjam": bodies})["logjam"]
+    append_bytes = max(layout(results, bodies).added)  # an event, its commit frame (the first: the chunk header)
     assert run("stream", "--data-dir", data, "--out", str(out / "stream"), "--outputs", "requests",
-               "--available-now", "--max-bytes-per-trigger", str(frame_bytes * (stored // 3 + 1)), quiet=False) == 0
+               "--available-now", "--max-bytes-per-trigger", str(append_bytes * (stored // 3 + 1)), quiet=False) == 0
     err = capsys.readouterr().err
     # While it runs and once it stopped: micro-batches done and rows read so far, the last line all of them.
     done = [(int(n), int(rows)) for n, rows in re.findall(r"logport_requests: (\d+) batches, (\d+) rows read$",

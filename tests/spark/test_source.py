@@ -12,7 +12,7 @@ from logport.batch import BatchDecodeError, decode_batch
 from logport.eventjson import dumps_event, event_objects
 from logport.spark.columns import dumps_json
 from logport.store.reader import DirectoryReader
-from tests.spark.sample import build_sample, forward_batches, write_bodies
+from tests.spark.sample import build_sample, forward_batches, layout, write_bodies
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
 
@@ -68,6 +68,7 @@ def test_batch_read_equals_logport_cat_column_by_column(spark, tmp_path: Path) -
         except BatchDecodeError:
             pytest.fail("a batch row from a body that is not a batch")
         assert row.option == dumps_json(option).decode()
+        assert orjson.loads(row.option) == obj["option"]  # `logport cat` prints the same option
 
 
 def test_batch_read_selects_segments_and_offsets(spark, tmp_path: Path) -> None:
@@ -109,8 +110,10 @@ def test_chunked_and_truncated_segment(spark, tmp_path: Path) -> None:
 
     data_dir = str(tmp_path / "data")
     bodies = forward_batches(10, 20)
-    write_bodies(data_dir, {"app": bodies}, chunk_size=4000)  # a chunk file every couple of batches
-    starts = [sum(len(b) + 8 for b in bodies[:i]) for i in range(len(bodies))]
+    results = write_bodies(data_dir, {"app": bodies}, chunk_size=4000)["app"]  # a chunk every couple of batches
+    written = layout(results, bodies)
+    assert len(written.chunk_bases) > 2
+    starts = written.events  # truncated at an event: its chunk (header, commit frame) stays, below the start
 
     async def truncate() -> None:
         store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never", chunk_size=4000))

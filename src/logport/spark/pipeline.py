@@ -32,6 +32,7 @@ APDEX_HAPPY_MS, APDEX_SATISFIED_MS, APDEX_TOLERATING_MS = 100.0, 500.0, 2000.0
 SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
 SOURCES = ["forward", "lumberjack", "logjam"]
 OUTPUTS = ["traffic", "requests", "app_minutes", "exceptions"]
+LOOPBACK = "127.0.0.1"  # where a local Spark listens (driver, block manager, UI)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tables to compute, comma-separated (default: all of " + ", ".join(OUTPUTS) + ")")
     p.add_argument("--top-exceptions", type=int, default=20, help="exceptions listed in the report")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--spark-ui", action="store_true",
+                   help="with a local master: serve Spark's web UI on 127.0.0.1 (default: no UI)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -78,26 +81,72 @@ def configured_master() -> str | None:
     return SparkConf().get("spark.master")
 
 
-def spark_session(master: str | None, app_name: str = "logport-pipeline") -> SparkSession:
+def master_set_outside() -> bool:
+    """Whether a master may come from outside this process, so only the JVM can tell which.
+
+    Outside are spark-submit's JVM (running already), PYSPARK_SUBMIT_ARGS, MASTER, -Dspark.master in
+    SPARK_SUBMIT_OPTS, and the spark-defaults.conf or spark-env.sh that the JVM we launch would read.
+    Without any of them the master is ours to choose before a JVM starts, with the environment it
+    starts with (SPARK_LOCAL_IP).
+    """
+    from pyspark import SparkContext
+    from pyspark.find_spark_home import _find_spark_home
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return True
+    if os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell").split() != ["pyspark-shell"]:
+        return True
+    if os.environ.get("MASTER") or "spark.master" in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        return True
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or Path(_find_spark_home()) / "conf")
+    return any((conf_dir / name).exists() for name in ("spark-defaults.conf", "spark-env.sh"))
+
+
+def spark_session(master: str | None, app_name: str = "logport-pipeline", ui: bool = False) -> SparkSession:
+    """The job's session: the master as README "Spark" says; a local one on 127.0.0.1, its UI only with `ui`."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     import logport.spark
 
     builder = (SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))  # the job prints its own progress lines
+    starting = SparkContext._active_spark_context is None
     if master:
         builder = builder.master(master)
     else:
-        master = configured_master()
+        master = configured_master() if master_set_outside() else None
         if not master:
             master = "local[*]"
             builder = builder.master(master)
     if master.startswith("local"):
         # Local Python workers must be this interpreter (it has logport), not whatever `python3` is.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        if starting:
+            builder = on_loopback(builder, ui)
     spark = builder.getOrCreate()
     logport.spark.register(spark)
     return spark
+
+
+def on_loopback(builder: SparkSession.Builder, ui: bool) -> SparkSession.Builder:
+    """A local Spark bound to 127.0.0.1, its UI off unless `ui` (SPARK_LOCAL_IP, when set, wins).
+
+    Left alone, Spark binds the driver to the first non-loopback address ("Your hostname resolves to
+    a loopback address: 127.0.0.1; using 192.0.2.2 instead") and its UI to every interface, which
+    only SPARK_LOCAL_IP changes, and only in the environment the JVM starts with.
+    """
+    from pyspark import SparkContext
+
+    builder = builder.config("spark.ui.enabled", "true" if ui else "false")
+    if "SPARK_LOCAL_IP" in os.environ:
+        return builder
+    if SparkContext._gateway is None:  # the JVM starts with getOrCreate() and this environment
+        os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    elif ui:
+        print("logport pipeline: Spark's UI listens on every interface (the JVM started before the master "
+              f"was known); set SPARK_LOCAL_IP={LOOPBACK} to keep it on loopback", file=sys.stderr)
+    return builder.config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
 
 
 def source_options(args: argparse.Namespace) -> dict[str, str]:
@@ -120,18 +169,26 @@ def _minute(df: DataFrame) -> Column:
 
 
 def traffic(events: DataFrame) -> DataFrame:
-    """Per segment, tag and minute: events, bytes (record JSON, or raw bytes when opaque), events per source."""
+    """Per segment, tag and minute: events, bytes (record JSON, or raw bytes when opaque), events per source.
+
+    Opaque events carry no time: a batch run counts them in rows whose minute and date are null (the
+    Parquet partition date=__HIVE_DEFAULT_PARTITION__); a streaming run leaves them out (they are always
+    behind the watermark).
+    """
     from pyspark.sql import functions as F
 
     size = F.coalesce(F.octet_length("record"), F.octet_length("raw"), F.lit(0))
-    # Opaque events carry no time: batch runs count them in the minute 1970-01-01 00:00; a streaming
-    # run drops them (they are always behind the watermark).
-    timed = events if events.isStreaming else events.withColumn("time", F.coalesce("time", F.lit(0).cast("timestamp")))
     per_source = [F.sum(F.when(F.col("source") == s, 1).otherwise(0)).alias(f"{s}_events") for s in SOURCES]
-    out = (timed.groupBy("segment", F.coalesce("tag", F.lit("")).alias("tag"), F.window("time", "1 minute"))
-           .agg(F.count(F.lit(1)).alias("events"), F.sum(size).alias("bytes"), *per_source,
-                F.sum(F.when(F.col("raw").isNotNull(), 1).otherwise(0)).alias("opaque_events")))
-    return _finish(out)
+    counts = [F.count(F.lit(1)).alias("events"), F.sum(size).alias("bytes"), *per_source,
+              F.sum(F.when(F.col("raw").isNotNull(), 1).otherwise(0)).alias("opaque_events")]
+    tag = F.coalesce("tag", F.lit("")).alias("tag")
+    # window() drops rows without a time, hence the second aggregate for those.
+    timed = _finish(events.groupBy("segment", tag, F.window("time", "1 minute")).agg(*counts))
+    if events.isStreaming:
+        return timed
+    untimed = (events.where(F.col("time").isNull()).groupBy("segment", tag).agg(*counts)
+               .withColumn("minute", F.lit(None).cast("timestamp")).withColumn("date", F.lit(None).cast("string")))
+    return timed.unionByName(untimed)
 
 
 def _finish(df: DataFrame) -> DataFrame:
@@ -262,8 +319,7 @@ def output_names(spec: str) -> list[str]:
 class Progress:
     """Prints progress lines to stderr: tasks of the running stages (batch), rows and batches (streaming)."""
 
-    def __init__(self, spark: SparkSession, quiet: bool) -> None:
-        self.spark = spark
+    def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self.started = time.monotonic()
         self._stop = threading.Event()
@@ -273,14 +329,20 @@ class Progress:
         if not self.quiet:
             print(f"[{time.monotonic() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
-    def watch(self, poll: Callable[[], str | None], interval: float = 2.0) -> None:
+    def watch(self, poll: Callable[[], str | None], interval: float = 2.0, final: bool = False) -> None:
+        """Print poll()'s line every `interval` seconds when it changed; with `final`, once more at stop()."""
         def run() -> None:
             last = None
-            while not self._stop.wait(interval):
+            while True:
+                stopping = self._stop.wait(interval)
+                if stopping and not final:
+                    return
                 line = poll()
                 if line and line != last:
                     self.say(line)
                     last = line
+                if stopping:
+                    return
         self._thread = threading.Thread(target=run, name="pipeline-progress", daemon=True)
         self._thread.start()
 
@@ -289,13 +351,54 @@ class Progress:
         if self._thread is not None:
             self._thread.join()
 
-    def stage_line(self) -> str | None:
-        tracker = self.spark.sparkContext.statusTracker()
+
+class StageProgress:
+    """Poll for Progress.watch: `stage N: done/total tasks` of every stage running now, and of each
+    stage of this run that finished since the last poll with its final count (also one that started
+    and finished between two polls)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.earlier_jobs = set(self.tracker.getJobIdsForGroup(None))  # not this run's
+        self.finished_jobs: set[int] = set()
+        self.shown: dict[int, tuple[int, int]] = {}  # running stages: the count last shown
+        self.done: set[int] = set()  # stages whose final count is shown
+
+    def _stage_ids(self) -> set[int]:
+        """The stages of this run's jobs not done with yet (a job lists all its stages when it starts)."""
+        ids: set[int] = set()
+        for job_id in self.tracker.getJobIdsForGroup(None):
+            if job_id in self.earlier_jobs or job_id in self.finished_jobs:
+                continue
+            job = self.tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            ids.update(job.stageIds)
+            if job.status != "RUNNING":  # its stages are looked at once more, now
+                self.finished_jobs.add(job_id)
+        return ids - self.done
+
+    def __call__(self) -> str | None:
+        active = set(self.tracker.getActiveStageIds())
         parts = []
-        for stage_id in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage_id)
-            if info is not None:
-                parts.append(f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks")
+        for stage_id in sorted(self._stage_ids() | active | set(self.shown)):
+            info = self.tracker.getStageInfo(stage_id)
+            if info is None:
+                continue
+            count = (info.numCompletedTasks, info.numTasks)
+            if stage_id in active:
+                self.shown[stage_id] = count
+            else:
+                # Finished: its final count, unless a poll showed it already (a stage stays active for a
+                # moment after its last task). Never seen running and no task done: it waits, or it was
+                # skipped (its shuffle output was there already).
+                last = self.shown.pop(stage_id, None)
+                if last is None and not count[0]:
+                    continue
+                self.done.add(stage_id)
+                if last == count:
+                    continue
+            parts.append(f"stage {stage_id}: {count[0]}/{count[1]} tasks")
         return "; ".join(parts) or None
 
 
@@ -303,7 +406,7 @@ def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress
     from pyspark.sql import functions as F
 
     events = spark.read.format("logport").options(**source_options(args)).load()
-    progress.watch(progress.stage_line)
+    progress.watch(StageProgress(spark), interval=0.5, final=True)
     try:
         # Read the events once (the four statistics use them) and count them for the progress line.
         events = events.persist()
@@ -406,6 +509,7 @@ def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> d
         data["traffic"] = [r.asDict() for r in traf.groupBy("segment", "tag").agg(
             F.sum("events").alias("events"), F.sum("bytes").alias("bytes"),
             *[F.sum(f"{s}_events").alias(s) for s in SOURCES], F.sum("opaque_events").alias("opaque"),
+            F.sum(F.when(F.col("minute").isNull(), F.col("events")).otherwise(0)).alias("untimed"),
             F.min("minute").alias("first"), F.max("minute").alias("last")).orderBy("segment", "tag").collect()]
     return data
 
@@ -419,11 +523,13 @@ def main(args: argparse.Namespace) -> int:
         raise SourceOptionError(f"--data-dir {args.data_dir!r} is not a directory (a hub's data directory)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, ui=args.spark_ui)
     spark.sparkContext.setLogLevel("WARN")
-    progress = Progress(spark, args.quiet)
+    progress = Progress(args.quiet)
     mode = "streaming" if args.stream else "batch"
     progress.say(f"{mode} run over {args.data_dir or args.server}, output in {out}")
+    if spark.sparkContext.uiWebUrl:
+        progress.say(f"Spark UI: {spark.sparkContext.uiWebUrl}")
     written = run_stream(spark, args, out, progress) if args.stream else run_batch(spark, args, out, progress)
     report = Path(args.report) if args.report else out / "report.html"
     write_report(report, collect_for_report(spark, out, args.top_exceptions),

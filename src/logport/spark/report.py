@@ -121,12 +121,16 @@ def render(data: dict[str, list[dict[str, Any]]], title: str, written: dict[str,
         "with exceptions %": [100.0 * m["with_exceptions"] / m["count"] if m["count"] else None for m in minutes],
     }
     actions = data.get("actions", [])
+    untimed = sum(t.get("untimed") or 0 for t in data.get("traffic", []))
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         "<p>Generated " + dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         + (". Rows read: " + html.escape(", ".join(f"{k} {v:,}" for k, v in written.items())) if written else "")
         + ". Percentiles per minute are approximate (rank error at most 0.01% of the minute's count); "
           "where several apps share a minute the chart shows the highest.</p>",
+        (f"<p>{untimed:,} event{'s' if untimed != 1 else ''} without a time (opaque events, e.g. from "
+         "segment-protocol clients) left out of the charts; the traffic table counts them, with no minute.</p>"
+         if untimed else ""),
         line_chart("Request rate", xs, {"requests/s": rate}, "req/s"),
         line_chart("Latency percentiles (total_time)", xs,
                    {"p50": [m["p50"] for m in minutes], "p95": [m["p95"] for m in minutes],
@@ -141,7 +145,8 @@ def render(data: dict[str, list[dict[str, Any]]], title: str, written: dict[str,
         table("Traffic per segment and tag", [("segment", "segment"), ("tag", "tag"), ("events", "events"),
                                               ("bytes", "bytes"), ("forward", "forward"),
                                               ("lumberjack", "lumberjack"), ("logjam", "logjam"),
-                                              ("opaque", "opaque"), ("first", "first minute"),
+                                              ("opaque", "opaque"), ("untimed", "without time"),
+                                              ("first", "first minute"),
                                               ("last", "last minute")], data.get("traffic", [])),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + html.escape(title)
