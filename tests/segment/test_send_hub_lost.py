@@ -18,13 +18,10 @@ LINES = [b"line %06d %s" % (i, b"x" * 40) for i in range(300_000)]
 
 
 def stored_bytes(data_dir: Path) -> int:
-    reader = DirectoryReader(data_dir)
-    try:
-        return reader.bounds("lines")[1] if "lines" in reader.segment_names() else 0
-    except Exception:  # a chunk being created as we look: not there yet
-        return 0
-    finally:
-        reader.close()
+    """How far the hub has written, cheaply: its chunk files' sizes (no chunk is written ahead, so they grow
+    with the data; a DirectoryReader would check every group's checksum and make the kill come late)."""
+    seg_dir = data_dir / "segments" / "lines"
+    return sum(p.stat().st_size for p in seg_dir.glob("*.log")) if seg_dir.is_dir() else 0
 
 
 @pytest.mark.slow
@@ -44,7 +41,7 @@ async def test_send_segment_says_once_that_the_hub_went_away_and_resends(tmp_pat
         deadline = time.monotonic() + 60
         while stored_bytes(hub.data_dir) < total // 4 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        assert stored_bytes(hub.data_dir) < total, "the send ended before the hub could be killed mid-send"
+        assert proc.returncode is None, "the send ended before the hub could be killed mid-send"
         hub.kill()
         await asyncio.sleep(0.3)
         await hub.start()
