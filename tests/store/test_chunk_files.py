@@ -122,3 +122,37 @@ async def test_truncations_at_once_take_turns(tmp_path: Path) -> None:
         await store.close()
     assert [bytes(b) for _, _, b in DirectoryReader(tmp_path).follow("s")] == [b"x" * 300] * len(
         [e for e in ends if e > max(cuts)])
+
+
+async def test_a_follower_beside_the_hub_reads_across_rolls(tmp_path: Path) -> None:
+    """A DirectoryReader following a segment whose chunks roll under it: it had walked a chunk only partly
+    when the hub rolled, and the layout it kept of it ended early, so it stopped there for good."""
+    import threading
+
+    store = await SegmentStore.open(config(tmp_path))
+    await store.create("s")
+    bodies = [b"%05d" % i + b"." * 200 for i in range(200)]
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        for _, _, body in DirectoryReader(tmp_path).follow("s", follow=True, poll=0.001):
+            got.append(bytes(body))
+            if len(got) == len(bodies) or done.is_set():
+                return
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        for body in bodies:
+            await store.append("s", [body])
+            await asyncio.sleep(0)
+        for _ in range(500):
+            if len(got) == len(bodies):
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        done.set()
+        await store.close()
+    assert len(list_chunk_bases(tmp_path / SEGMENTS_DIR / "s")) >= 5
+    assert got == bodies

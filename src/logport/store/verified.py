@@ -35,12 +35,13 @@ class VerifiedReads:
         self._spans: collections.OrderedDict[int, bytes] = collections.OrderedDict()  # start -> verified bytes
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
+        """The last chunk's layout from now on. The one before is not kept: a reader beside the hub may not
+        have walked its last groups when the hub rolled; it is walked whole when it is read next."""
         last = self.last
-        if last is not None and last.base != layout.base:
-            self._keep(last)
-        elif last is not None and last is not layout:  # the chunk walked again: what was read of it may be gone
-            for start in [k for k in self._spans if k >= layout.base]:
+        if last is not None and last is not layout and last.base == layout.base:
+            for start in [k for k in self._spans if k >= layout.base]:  # walked again: what was read may be gone
                 del self._spans[start]
+        self._layouts.pop(layout.base, None)
         self.last = layout
 
     def _keep(self, layout: groups.ChunkLayout) -> None:
@@ -55,20 +56,22 @@ class VerifiedReads:
         for key in [k for k in self._spans if k < base]:
             del self._spans[key]
 
-    def layout(self, base: int, stop: int) -> groups.ChunkLayout:
-        """The layout of the chunk at `base` (whose data ends by `stop`: the next chunk's base)."""
+    def layout(self, base: int, next_base: int | None) -> groups.ChunkLayout:
+        """The layout of the chunk at `base`; `next_base`: where the chunk after it starts (None: it is
+        the last, walked to its file's end and not kept, as it may grow)."""
         if self.last is not None and self.last.base == base:
             return self.last
         layout = self._layouts.get(base)
-        if layout is None:
-            data = self.chunks.pread(base, stop - base, stop)
-            layout = groups.walk_chunk(data, base)
-            if layout.version != 1 and layout.end < stop:  # a chunk before the last ends where the next starts
-                layout.corrupt.append(groups.Corrupt(layout.end, stop, f"the chunk's valid data ends at {layout.end}, "
-                                                                       f"before the next chunk starts at {stop}"))
-            self._keep(layout)
-        else:
+        if layout is not None:
             self._layouts.move_to_end(base)
+            return layout
+        stop = next_base if next_base is not None else self.chunks.chunk_end(base)
+        layout = groups.walk_chunk(self.chunks.pread(base, stop - base, stop), base)
+        if next_base is not None:
+            if layout.version != 1 and layout.end < next_base:  # a chunk before the last ends where the next starts
+                layout.corrupt.append(groups.Corrupt(layout.end, next_base, f"the chunk's valid data ends at "
+                                                     f"{layout.end}, before the next chunk starts at {next_base}"))
+            self._keep(layout)
         return layout
 
     def read(self, offset: int, max_bytes: int, end: int) -> bytes:
@@ -77,8 +80,7 @@ class VerifiedReads:
         n = min(max_bytes, stop - offset)
         if n <= 0:
             return b""
-        next_base = self._next_base(base)  # the last chunk, not followed yet, is walked to its file's end
-        layout = self.layout(base, next_base if next_base is not None else self.chunks.chunk_end(base))
+        layout = self.layout(base, self._next_base(base))
         if layout.version == 1:
             return self.chunks.pread(offset, n, stop)
         for bad in layout.corrupt:  # what is good before a corrupt range is read; the range itself is refused
