@@ -100,20 +100,20 @@ class VerifiedReads:
         after = bisect.bisect_left(starts, offset + n)
         span_end = starts[after] if after < len(starts) else layout.end  # whole groups, even past `end`
         data = self._span(span_start, span_end, base, starts[first:after], offset)
-        return data[offset - span_start : offset - span_start + n]
+        return bytes(data[offset - span_start : offset - span_start + n])
 
     def _next_base(self, base: int) -> int | None:
         bases = self.chunks.bases
         i = bisect.bisect_right(bases, base)
         return bases[i] if i < len(bases) else None
 
-    def _span(self, start: int, end: int, base: int, group_starts: list[int], offset: int) -> bytes:
+    def _span(self, start: int, end: int, base: int, group_starts: list[int], offset: int) -> memoryview:
         """The checked bytes of whole groups [start, end); a group that fails (changed since the chunk
         was walked) ends them, or raises CorruptData when it holds `offset`, the read's start."""
         for span_start, data in self._spans.items():
             if span_start <= start and end <= span_start + len(data):
                 self._spans.move_to_end(span_start)
-                return data[start - span_start : end - span_start] if (start, end) != (span_start, span_start + len(data)) else data
+                return memoryview(data)[start - span_start : end - span_start]  # no copy of a span kept whole
         data = self.chunks.pread(start, end - start, end)
         if len(data) < end - start:
             self._corrupt(start + len(data), end, base, "the file ends before the data it committed")
@@ -123,12 +123,12 @@ class VerifiedReads:
         if bad is not None:
             if bad.start <= offset:
                 self._corrupt(bad.start, bad.end, base, bad.reason)
-            return data[: bad.start - start]  # not kept: the read after it reports the group
+            return memoryview(data)[: bad.start - start]  # not kept: the read after it reports the group
         if end - start <= _SPAN_BYTES_KEPT:
             self._spans[start] = data
             while len(self._spans) > _SPANS_KEPT:
                 self._spans.popitem(last=False)
-        return data
+        return memoryview(data)
 
     def _corrupt(self, start: int, end: int, base: int, reason: str) -> None:
         error = CorruptData(self.name, start, end, os.fspath(chunk_path(self.chunks.seg_dir, base)), reason)
