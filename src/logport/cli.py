@@ -250,13 +250,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from logport.store.verify import segment_names, total_bytes, verify
+    from logport.store.reader import DirectoryReader
+    from logport.store.verify import total_bytes, verify
 
     data_dir = _config(args).store.data_dir
     if not (Path(data_dir) / "segments").is_dir():
         print(f"logport verify: {data_dir} holds no segments directory: not a logport data directory", file=sys.stderr)
         return 1
-    names = args.segments or segment_names(data_dir)
+    names = args.segments or DirectoryReader(data_dir).segment_names()
     total, done = total_bytes(data_dir, names), 0
     show = sys.stderr.isatty() and not args.json
 

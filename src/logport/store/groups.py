@@ -156,7 +156,7 @@ def walk_chunk(data: Buffer, base: int, *, at: int = 0, prev: int | None = None,
             keep, writers = frames.recover_chunk(data)
             return ChunkLayout(base, 1, base + keep, writers=writers)
         # a header that fails its check (version 0) is corrupt if committed groups follow it
-        prev = chunk_version_crc(data) if version == VERSION else None
+        prev = _chunk_header_crc(data) if version == VERSION else None
         pos = CHUNK_HEADER_SIZE
     else:
         pos = 0
@@ -203,7 +203,7 @@ def _scan_group(group: memoryview, scan: frames.ChunkScan) -> bool:
     return scan.keep == len(group)
 
 
-def chunk_version_crc(data: Buffer) -> int:
+def _chunk_header_crc(data: Buffer) -> int:
     (crc,) = _U32.unpack_from(data, CHUNK_HEADER_SIZE - 4)
     return int(crc)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from logport.store.files import SEGMENTS_DIR, SegmentState, chunk_path, list_chunk_bases
 from logport.store.groups import VERSION, walk_chunk
+from logport.store.reader import DirectoryReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +31,6 @@ class SegmentReport:
     groups: int = 0
     bytes: int = 0  # data bytes checked (up to each chunk's end)
     bad: list[BadRange] = field(default_factory=list)
-
-
-def segment_names(data_dir: str | Path) -> list[str]:
-    root = Path(data_dir) / SEGMENTS_DIR
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
 def verify_segment(data_dir: str | Path, name: str,
@@ -71,7 +67,7 @@ def verify_segment(data_dir: str | Path, name: str,
 
 def verify(data_dir: str | Path, names: list[str] | None = None,
            progress: Callable[[int], None] | None = None) -> Iterator[SegmentReport]:
-    for name in names if names else segment_names(data_dir):
+    for name in names if names else DirectoryReader(data_dir).segment_names():
         yield verify_segment(data_dir, name, progress)
 
 
