@@ -30,6 +30,7 @@ from logport.errors import LimitExceeded, ProtocolError, StoreError
 from logport.protocols import forward as fp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
+from logport.servers._lifecycle import ReadGate, TcpListener, peer_name
 from logport.store import WriterCondition
 
 log = logging.getLogger("logport.forward")
@@ -54,10 +55,13 @@ class ForwardMetrics:
                                    "Times a connection stopped reading because the store was behind", registry=r)
 
 
-class ForwardServer:
+class ForwardServer(TcpListener):
     """The running listener (the hub's Service)."""
 
+    name = "forward"
+
     def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
         self.runtime = runtime
         self.config = runtime.config.forward
         self.hostname = self.config.self_hostname or runtime.hostname
@@ -80,10 +84,16 @@ class ForwardServer:
         options = tls.server_options(cfg.tls)
         self._tcp = await loop.create_server(lambda: ForwardConnection(self), cfg.bind, cfg.port,
                                              backlog=1024, reuse_address=True, **options)
+        self._listening = self._tcp
         self.port = self._tcp.sockets[0].getsockname()[1]
         self._udp, _ = await loop.create_datagram_endpoint(lambda: HeartbeatProtocol(self),
                                                            local_addr=(cfg.bind, self.port))
         log.info("forward listening", extra={"bind": cfg.bind, "port": self.port, "tls": options["ssl"] is not None})
+
+    def stop_accepting(self) -> None:
+        super().stop_accepting()
+        if self._udp is not None:
+            self._udp.close()
 
     async def close(self) -> None:
         if self._tcp is not None:
@@ -125,7 +135,7 @@ class ForwardConnection(asyncio.Protocol):
         self.conn: fp.ServerConnection | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.inflight = 0
-        self.paused = False
+        self.gate = ReadGate(None)
         self.closing = False
         self.eof = False
         self.storing = 0  # batches handed to the store and not yet answered
@@ -139,8 +149,9 @@ class ForwardConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
         self.transport = transport
+        self.gate = ReadGate(transport)
         addr = transport.get_extra_info("peername") or ("?", 0)
-        self.peer = f"{addr[0]}:{addr[1]}"
+        self.peer = peer_name(transport)
         server = self.server
         if not server.guard.admit(self.peer):
             server.metrics.errors.labels("max_connections").inc()
@@ -153,6 +164,7 @@ class ForwardConnection(asyncio.Protocol):
             return
         server.connections.add(self)
         server.metrics.connections.inc()
+        server.admit_paused(self.gate)
         nonce, salt = server.fixed_nonce or (None, None)
         self.conn = fp.ServerConnection(
             peer=self.peer, shared_key=self.config.shared_key, users=self.config.users, hostname=server.hostname,
@@ -163,7 +175,7 @@ class ForwardConnection(asyncio.Protocol):
         if self.config.source_hostname_key:
             # every record gets the peer's name: read nothing until it is known, so that no batch waits
             # for it (one that waited could be stored after a batch that came later)
-            transport.pause_reading()
+            self.gate.hold("resolve")
             self._hostname = asyncio.ensure_future(_resolve(str(addr[0]), int(addr[1])))
             self._hostname.add_done_callback(self._hostname_known)
         helo = self.conn.initiate()
@@ -181,8 +193,7 @@ class ForwardConnection(asyncio.Protocol):
             log.exception("resolving the peer's name failed", extra={"peer": self.peer})
             name = self.peer.rpartition(":")[0]
         self._extra[self.config.source_hostname_key] = name
-        if not self.paused:
-            self.transport.resume_reading()
+        self.gate.release("resolve")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -198,6 +209,11 @@ class ForwardConnection(asyncio.Protocol):
         if not self.closing and self.transport is not None:
             self.closing = True
             self.transport.close()
+
+    async def settle(self) -> None:
+        """Every batch received is stored and its ack written (or the connection failed)."""
+        while self.tasks:
+            await asyncio.wait(set(self.tasks))
 
     def _check_idle(self) -> None:
         idle = time.monotonic() - self.last_data
@@ -275,11 +291,10 @@ class ForwardConnection(asyncio.Protocol):
         task = asyncio.ensure_future(self._store(batch, size))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        if self.over_budget() and not self.paused and self.transport is not None:
-            self.paused = True
+        if self.over_budget() and not self.gate.holds("budget") and self.transport is not None:
             self.server.paused.add(self)
             self.server.metrics.read_pauses.inc()
-            self.transport.pause_reading()
+            self.gate.hold("budget")
 
     def over_budget(self) -> bool:
         """Received but not yet stored: over this connection's limit, or over the whole listener's."""
@@ -288,12 +303,10 @@ class ForwardConnection(asyncio.Protocol):
 
     def resume_if_under(self) -> None:
         cfg = self.config
-        if (self.paused and self.inflight <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
+        if (self.gate.holds("budget") and self.inflight <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
                 and self.server.inflight <= cfg.max_total_inflight_bytes * _READ_PAUSED_BELOW):
-            self.paused = False
             self.server.paused.discard(self)
-            if not self.closing and self.transport is not None:
-                self.transport.resume_reading()
+            self.gate.release("budget")
 
     async def _store(self, batch: fp.EventBatch, size: int) -> None:
         server = self.server

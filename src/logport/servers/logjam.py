@@ -22,6 +22,7 @@ from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols import logjam as lj
 from logport.runtime import Runtime
+from logport.servers._lifecycle import wait_until
 from logport.servers.logjam_consumer import run_subscription
 from logport.servers.logjam_ingest import (
     Accepted,
@@ -119,6 +120,10 @@ class _Pending:
 
 
 class LogjamDevice:
+    """The ROUTER, PULL and PUB sockets (the hub's Service, and a `Listener`)."""
+
+    name = "logjam"
+
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.config = runtime.config.logjam
@@ -132,6 +137,11 @@ class LogjamDevice:
         self.publisher: LogjamPublisher | None = None
         self._peers: dict[bytes, str] = {}  # ROUTER routing id -> the sender's address
         self.zap: zmqcurve.ZapHandler | None = None
+        self._reading = asyncio.Event()  # cleared while paused: the pumps take nothing from ROUTER and PULL
+        self._reading.set()
+        self._pumps: list[asyncio.Task[Any]] = []
+        self._taking = 0
+        self.draining = False
 
     def _socket(self, kind: int, hwm_option: int, hwm: int) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(kind)
@@ -160,6 +170,7 @@ class LogjamDevice:
         self.router_sock: zmq.Socket[bytes] = zmq.Socket.shadow(router.underlying)
         self._spawn(self._pump(router, "router"))
         self._spawn(self._pump(pull, "pull"))
+        self._pumps = self.tasks[-2:]
         self._spawn(self._complete())
         self._spawn(self._heartbeats())
         names = StreamNames(cfg)  # refuses app-envs and topics a consumer would reject, before anything runs
@@ -187,6 +198,7 @@ class LogjamDevice:
         peers = self._peers
         router = kind == "router"
         while True:
+            await self._reading.wait()
             await asock.poll(timeout=None)  # POLLIN
             batch: list[tuple[list[bytes], str]] = []
             try:
@@ -206,7 +218,11 @@ class LogjamDevice:
             if not batch:
                 continue
             received.inc(len(batch))
-            await take(batch)
+            self._taking += 1  # drain waits for a batch taken from the socket to be queued
+            try:
+                await take(batch)
+            finally:
+                self._taking -= 1
 
     async def _take_router(self, batch: list[tuple[list[bytes], str]]) -> None:
         accepted: list[Accepted] = []
@@ -274,12 +290,38 @@ class LogjamDevice:
             if stored and pending.accepted:
                 self.metrics.stored.labels(pending.kind).inc(len(pending.accepted))
                 self.publisher.publish_received(pending.accepted)
+            self._pending.task_done()
 
     async def _heartbeats(self) -> None:
         assert self.publisher is not None
         while True:
             await asyncio.sleep(self.config.heartbeat_interval)
             self.publisher.heartbeat()
+
+    # --- lifecycle (servers/_lifecycle.py's Listener) ---
+
+    def serving(self) -> bool:
+        return bool(self._sockets) and not any(s.closed for s in self._sockets) and not self.draining
+
+    def pause(self) -> None:
+        self._reading.clear()  # ZeroMQ's own queues (rcv_hwm) then push back on the producers
+
+    def resume(self) -> None:
+        self._reading.set()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking messages, then store and answer every one already taken: a message still in
+        ZeroMQ's queue was never answered, and the sender's resend after its timeout is the sender's."""
+        self.draining = True
+        self.pause()
+        await wait_until(lambda: not self._taking)  # a pump that took a batch queues it (it is then answered)
+        for task in self._pumps:
+            task.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        try:
+            await asyncio.wait_for(self._pending.join(), max(timeout, 0.0))
+        except TimeoutError:
+            log.warning("logjam drain timed out", extra={"queued": self._pending.qsize()})
 
     async def close(self) -> None:
         for task in self.tasks:

@@ -40,6 +40,7 @@ from logport.protocols.lumberjack import (
 )
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard
+from logport.servers._lifecycle import ReadGate, TcpListener, peer_name, wait_until
 from logport.tls import server_options
 from logport.workers import WorkerPool
 
@@ -213,10 +214,13 @@ def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: boo
     return out
 
 
-class LumberjackServer:
+class LumberjackServer(TcpListener):
     """The listening socket and its connections (the hub's Service)."""
 
+    name = "lumberjack"
+
     def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
         self.runtime = runtime
         self.config: LumberjackConfig = runtime.config.lumberjack
         cfg = self.config
@@ -235,6 +239,7 @@ class LumberjackServer:
             lambda: LumberjackConnection(self), self.config.bind, self.config.port,
             reuse_address=True, **server_options(self.config.tls),
         )
+        self._listening = self.server
 
     @property
     def port(self) -> int:
@@ -286,15 +291,16 @@ class LumberjackConnection(asyncio.Protocol):
         self.keepalive_timer: asyncio.TimerHandle | None = None
         self.last_activity = self.loop.time()
         self.storing = False
-        self.paused = False
+        self.paused = False  # by the windows being stored (PAUSE_AT_WINDOWS)
+        self.gate = ReadGate(None)
         self.closed = False
 
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
-        addr = transport.get_extra_info("peername")
-        self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        self.gate = ReadGate(transport)
+        self.peer = peer_name(transport)
         srv = self.server
         if not srv.guard.admit(self.peer):  # logs the refusals, throttled
             srv.metrics.errors.labels("max_connections").inc()
@@ -303,6 +309,7 @@ class LumberjackConnection(asyncio.Protocol):
             return
         srv.connections.add(self)
         srv.metrics.connections.inc()
+        srv.admit_paused(self.gate)
         self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, decode_json=False,
                                 defer_compressed=srv.decoders is not None)
         self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
@@ -485,10 +492,10 @@ class LumberjackConnection(asyncio.Protocol):
         busy = len(self.jobs) + self.decoding
         if busy >= PAUSE_AT_WINDOWS and not self.paused:
             self.paused = True
-            self.transport.pause_reading()
+            self.gate.hold("budget")
         elif busy <= RESUME_AT_WINDOWS and self.paused:
             self.paused = False
-            self.transport.resume_reading()
+            self.gate.release("budget")
 
     async def _append(self, window: Window) -> None:
         """Store a window (its tasks start in the order windows are queued, so they reach the store in it)."""
@@ -563,6 +570,22 @@ class LumberjackConnection(asyncio.Protocol):
         self.keepalive_timer = self.loop.call_later(self.config.keepalive_interval, keepalive)
 
     # --- idle timeout, errors, shutdown ---
+
+    def settled(self) -> bool:
+        return self.closed or not (self.window or self.pending or self.jobs or self.storing or self.decoding)
+
+    async def settle(self) -> None:
+        """Every window received is stored and acknowledged: what a paused sender left unfinished is stored
+        and acknowledged as a partial window (as after partial_window_delay) rather than waited for."""
+        self._flush_partial()
+        await wait_until(self.settled)
+
+    def close(self) -> None:
+        """Close after the acks already written are sent (abort() drops them)."""
+        if self.transport is not None:
+            self.transport.close()
+        else:
+            self._shutdown()
 
     def _arm_idle(self) -> None:
         timeout = self.config.idle_timeout

@@ -24,6 +24,7 @@ from logport.config import SegmentServerConfig
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
+from logport.servers._lifecycle import SETTLE_POLL, ReadGate, TcpListener, peer_name
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
@@ -79,8 +80,11 @@ class _Writer:
     failed: bool = False  # refused a block: later blocks are dropped until the next SetupAppend
 
 
-class SegmentServer:
+class SegmentServer(TcpListener):
+    name = "segment"
+
     def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
         self.runtime = runtime
         self.config: SegmentServerConfig = runtime.config.segment
         self.store: SegmentStore = runtime.store
@@ -103,6 +107,7 @@ class SegmentServer:
             lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
             reuse_address=True, **server_options(self.config.tls),
         )
+        self._listening = self._server
         if self.config.idle_timeout > 0:
             self._idle_task = loop.create_task(self._close_idle())
         if self.config.receive_pool_bytes:
@@ -162,7 +167,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.writers: dict[uuid.UUID, _Writer] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending_bytes = 0
-        self.reading_paused = False
+        self.reading_paused = False  # by max_pending_bytes
+        self.gate = ReadGate(None)
         self.authenticated = not server.config.token
         self.last_activity = time.monotonic()
         self._can_write = asyncio.Event()
@@ -178,8 +184,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
         self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.gate = ReadGate(transport)
+        self.peer = peer_name(transport)
         server = self.server
         if not server.guard.admit(self.peer):
             transport.abort()
@@ -190,6 +196,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             return
         self.server.connections.add(self)
         self.server.metrics.connections.inc()
+        self.server.admit_paused(self.gate)
         self._control_task = asyncio.get_running_loop().create_task(self._run_control())
         self._control_task.add_done_callback(self._control_done)
 
@@ -258,6 +265,17 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
 
     def busy(self) -> bool:
         return bool(self.tasks) or not self._control.empty() or any(w.inflight for w in self.writers.values())
+
+    async def settle(self) -> None:
+        """Every append block received is stored and acknowledged, every queued request answered."""
+        while True:
+            appends = [t for w in self.writers.values() for t in w.inflight]
+            if appends:
+                await asyncio.gather(*appends, return_exceptions=True)
+            elif self._control.empty() or self._closing:
+                return
+            else:
+                await asyncio.sleep(SETTLE_POLL)
 
     async def finish(self) -> None:
         """Wait for the append pipelines (so nothing queued is lost), cancel the rest.
@@ -514,8 +532,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.pending_bytes += len(block.data)
         if self.pending_bytes > self.config.max_pending_bytes and not self.reading_paused:
             self.reading_paused = True  # back-pressure: the store is behind
-            if self.transport is not None:
-                self.transport.pause_reading()
+            self.gate.hold("budget")
         # Queued in the store now when the writer is set up and every block before is queued: a task
         # starts on the loop's next turn, which comes late while it reads many sockets (8 appenders of
         # 64 KiB events: 618-801 -> 808-883 MB/s). Otherwise the task queues it; tasks start in creation
@@ -536,8 +553,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.pending_bytes -= nbytes
         if self.reading_paused and self.pending_bytes <= self.config.max_pending_bytes // 2:
             self.reading_paused = False
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.resume_reading()
+            self.gate.release("budget")
 
     async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None,
                            queued: asyncio.Future[AppendResult] | None) -> None:

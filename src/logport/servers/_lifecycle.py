@@ -1,0 +1,176 @@
+"""One lifecycle for every listener (start, pause, resume, drain, close) and the plumbing its connections
+share: the peer's name, reads paused for more than one reason at once, and waiting for what was received.
+
+As Fluent Bit's input plugins declare one struct of callbacks (init, collect, pause, resume, exit), every
+listener here is a `Listener`: the hub pauses, resumes, drains and closes them alike, and asks each whether
+it is bound (readiness). A TCP listener's part is `TcpListener`; its connections are `DrainableConnection`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+log = logging.getLogger("logport.lifecycle")
+
+SETTLE_POLL = 0.01  # seconds between two looks at a connection that is still storing what it received
+
+
+def peer_name(transport: asyncio.BaseTransport) -> str:
+    """"ip:port" of a transport's peer (a Unix socket's path, or "?" when there is none)."""
+    addr = transport.get_extra_info("peername")
+    if isinstance(addr, tuple):
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr) if addr else "?"
+
+
+class ReadGate:
+    """Reading of one transport, paused for as long as any reason holds it.
+
+    A connection pauses for its own budget ("budget"), while it resolves its peer's name ("resolve"), and
+    the hub pauses every connection of a listener ("lifecycle", to drain it): each reason is held and
+    released on its own, and reading resumes only once none holds it, so that the budget falling back
+    under its limit cannot resume a connection the hub is draining.
+    """
+
+    __slots__ = ("transport", "reasons")
+
+    def __init__(self, transport: asyncio.BaseTransport | None) -> None:
+        self.transport = transport
+        self.reasons: set[str] = set()
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.reasons)
+
+    def holds(self, reason: str) -> bool:
+        return reason in self.reasons
+
+    def hold(self, reason: str) -> bool:
+        """Pause reading for `reason`; True if this paused a transport that was reading."""
+        was_reading = not self.reasons
+        self.reasons.add(reason)
+        if was_reading and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()  # type: ignore[attr-defined]
+            return True
+        return False
+
+    def release(self, reason: str) -> bool:
+        """`reason` no longer holds; True if reading resumed."""
+        if reason not in self.reasons:
+            return False
+        self.reasons.discard(reason)
+        if not self.reasons and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()  # type: ignore[attr-defined]
+            return True
+        return False
+
+
+class Listener(Protocol):
+    """What the hub does with every listener, whatever its protocol."""
+
+    def serving(self) -> bool:
+        """Bound and accepting connections (or messages)."""
+        ...
+
+    def pause(self) -> None:
+        """Stop reading from every connection (and from those accepted later), keeping them open."""
+        ...
+
+    def resume(self) -> None: ...
+
+    async def drain(self, timeout: float) -> None:
+        """Stop accepting, stop reading, answer everything already received once it is stored (at most
+        `timeout` seconds), then close every connection: a client either got its answer or sees its
+        connection closed before one."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class DrainableConnection(Protocol):
+    gate: ReadGate
+
+    async def settle(self) -> None:
+        """Return once everything received so far is stored and answered."""
+        ...
+
+    def close(self) -> None: ...
+
+
+LIFECYCLE = "lifecycle"  # the ReadGate reason of the hub's pause
+
+
+class TcpListener:
+    """The lifecycle of a listener on an asyncio server whose connections are `DrainableConnection`s.
+
+    A subclass sets `self._listening` when it has bound and keeps its live connections in
+    `self.connections`; a connection that it accepts while the listener is paused calls `admit_paused`.
+    """
+
+    name = "listener"
+    _listening: asyncio.AbstractServer | None
+    connections: set[Any]
+
+    def __init__(self) -> None:
+        self._listening = None
+        self.reads_paused = False
+        self.draining = False
+
+    def serving(self) -> bool:
+        return self._listening is not None and self._listening.is_serving() and not self.draining
+
+    def admit_paused(self, gate: ReadGate) -> None:
+        """A connection accepted while the listener is paused starts paused."""
+        if self.reads_paused:
+            gate.hold(LIFECYCLE)
+
+    def pause(self) -> None:
+        self.reads_paused = True
+        for conn in list(self.connections):
+            conn.gate.hold(LIFECYCLE)
+
+    def resume(self) -> None:
+        self.reads_paused = False
+        for conn in list(self.connections):
+            conn.gate.release(LIFECYCLE)
+
+    def stop_accepting(self) -> None:
+        if self._listening is not None:
+            self._listening.close()  # the listening socket only: accepted connections stay open
+
+    async def drain(self, timeout: float) -> None:
+        self.draining = True
+        self.stop_accepting()
+        self.pause()
+        started = time.monotonic()
+        conns = list(self.connections)
+        unsettled = await settle_all(conns, timeout)
+        log.info("listener drained", extra={"listener": self.name, "connections": len(conns),
+                                            "unsettled": unsettled,
+                                            "seconds": round(time.monotonic() - started, 3)})
+        for conn in conns:
+            conn.close()
+
+
+async def settle_all(conns: Iterable[DrainableConnection], timeout: float) -> int:
+    """Wait (at most `timeout` seconds) for every connection to settle; how many did not."""
+    tasks = [asyncio.ensure_future(conn.settle()) for conn in conns]
+    if not tasks:
+        return 0
+    done, pending = await asyncio.wait(tasks, timeout=max(timeout, 0.0))
+    for task in pending:
+        task.cancel()
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a connection failed while draining", exc_info=task.exception())
+    return len(pending)
+
+
+async def wait_until(condition: Any) -> None:
+    """Poll `condition()` until it is true (for state that changes in callbacks rather than in tasks)."""
+    while not condition():
+        await asyncio.sleep(SETTLE_POLL)
