@@ -51,13 +51,30 @@ class HubConfig:
     hostname: str = ""  # advertised host name; empty = socket.gethostname()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
+    # seconds SIGTERM may take: listeners stop accepting, answer what they received, outputs finish their
+    # send in flight; what is left then is closed unanswered (its clients resend)
+    shutdown_grace: float = 30.0
+    health_timeout: float = 10.0  # GET /health answers 503 once the event loop has not turned this long
+    ready_min_free_bytes: int = 64 * MiB  # GET /ready answers 503 ("disk full") below this free space
+    pid_file: str = ""  # written at start, removed at exit: what `logport reload --pid-file` signals
+
+    def check(self, where: str = "hub") -> None:
+        """The checks types alone cannot make (run at start and on every reload alike)."""
+        _check_positive(f"{where}.shutdown_grace", self.shutdown_grace, zero_ok=True)
+        _check_positive(f"{where}.health_timeout", self.health_timeout)
+        _check_positive(f"{where}.ready_min_free_bytes", self.ready_min_free_bytes, zero_ok=True)
 
 
 @dataclass
 class MetricsConfig:
+    """The metrics listener: Prometheus text at /metrics, and GET /health and GET /ready."""
+
     enabled: bool = True
     bind: str = "127.0.0.1"
     port: int = 24231
+
+    def check(self, where: str = "metrics") -> None:
+        _check_port(f"{where}.port", self.port)
 
 
 @dataclass
@@ -474,7 +491,8 @@ def validate(config: Config) -> None:
     _check_positive("store.retention_bytes", s.retention_bytes, zero_ok=True)
     _check_positive("store.retention_age", s.retention_age, zero_ok=True)
     _check_positive("store.retention_check_interval", s.retention_check_interval)
-    _check_port("metrics.port", config.metrics.port)
+    config.hub.check()
+    config.metrics.check()
     for name in ("forward", "lumberjack", "segment"):
         section = getattr(config, name)
         _check_port(f"{name}.port", section.port)

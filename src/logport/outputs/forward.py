@@ -133,6 +133,12 @@ class ForwardOutput:
         self._task = asyncio.ensure_future(self._run())
         return self
 
+    async def drain(self, timeout: float) -> None:
+        """Take nothing new; let the send in flight be acknowledged and checkpointed (at most `timeout` s)."""
+        self._stopping = True
+        if self._task is not None and not self._task.done():
+            await asyncio.wait({self._task}, timeout=max(timeout, 0.0))
+
     async def close(self) -> None:
         self._stopping = True
         if self._task is not None:

@@ -63,12 +63,13 @@ class LumberjackOutput:
         )
         self.sent = _events_counter(runtime).labels(config.name or config.segment)
         self.task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"output:{self.name}")
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._ship_next()
             except asyncio.CancelledError:
@@ -101,6 +102,12 @@ class LumberjackOutput:
         await self.client.send(events)
         await self.follower.commit(batch.next_offset)
         self.sent.inc(len(events))
+
+    async def drain(self, timeout: float) -> None:
+        """Take nothing new; let the windows in flight be acknowledged and checkpointed (at most `timeout` s)."""
+        self._stopping = True
+        if self.task is not None and not self.task.done():
+            await asyncio.wait({self.task}, timeout=max(timeout, 0.0))
 
     async def close(self) -> None:
         if self.task is not None:
