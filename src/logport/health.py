@@ -45,33 +45,24 @@ class Problem:
 
 @dataclass
 class StoreWatch:
-    """Whether each segment's writes succeed, from the store's own counters: a segment whose write errors
-    grew while none of its appends succeeded is failing, until an append succeeds again."""
+    """Which segments' writes fail: those whose last write error came after their last acknowledged append
+    (the store's counters, stamped when they grow), until an append succeeds again."""
 
-    seen: dict[str, tuple[float, float]] = field(default_factory=dict)  # segment -> (write errors, appends)
     failing: set[str] = field(default_factory=set)
 
     def update(self, metrics: Metrics) -> set[str]:
-        errors = _by_segment(metrics.write_errors.collect(), "_total")
-        appends = _by_segment(metrics.appends.collect(), "_total")
-        for segment in set(errors) | set(appends):
-            now = (errors.get(segment, 0.0), appends.get(segment, 0.0))
-            before = self.seen.get(segment, (0.0, 0.0))
-            if now[1] > before[1]:
-                self.failing.discard(segment)
-            elif now[0] > before[0]:
+        self.failing = set()
+        for segment in _segments(metrics.write_errors.collect()):
+            error = metrics.write_errors.labels(segment)
+            success = metrics.appends.labels(segment)
+            if getattr(error, "stamp", 0.0) > getattr(success, "stamp", 0.0):
                 self.failing.add(segment)
-            self.seen[segment] = now
         return self.failing
 
 
-def _by_segment(families: Iterable[Any], suffix: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for family in families:
-        for sample in family.samples:
-            if sample.name.endswith(suffix):
-                out[sample.labels.get("segment", "")] = sample.value
-    return out
+def _segments(families: Iterable[Any]) -> set[str]:
+    return {sample.labels["segment"] for family in families for sample in family.samples
+            if "segment" in sample.labels}
 
 
 class HealthMonitor:

@@ -124,6 +124,8 @@ class Hub:
         for (key, _), result in zip(listeners, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("draining failed", extra={"listener": key}, exc_info=result)
+        if self.monitor is not None:
+            self.monitor.tick()
         left = max(0.0, grace - (time.monotonic() - started))
         outputs = [(k, s) for k, s in self.services.items() if k.startswith("output.") and hasattr(s, "drain")]
         results = await asyncio.gather(*(s.drain(left) for _, s in outputs), return_exceptions=True)  # type: ignore[attr-defined]

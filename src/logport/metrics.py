@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class StampedCounter(Counter):
+    """A Counter whose labelled children remember when they last grew (`stamp`, time.monotonic()): what
+    readiness needs to tell whether a segment's last write failed or succeeded, which counts cannot."""
+
+    stamp = 0.0
+
+    def inc(self, amount: float = 1, exemplar: Any = None) -> None:
+        super().inc(amount, exemplar)
+        self.stamp = time.monotonic()
 
 
 class Metrics:
@@ -13,13 +27,13 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.appends = Counter("logport_store_appends", "Appends acknowledged by the store", ["segment"], registry=r)
+        self.appends = StampedCounter("logport_store_appends", "Appends acknowledged by the store", ["segment"], registry=r)
         self.append_bytes = Counter("logport_store_append_bytes", "Bytes appended (frames)", ["segment"], registry=r)
         self.append_duplicates = Counter(
             "logport_store_append_duplicates", "Conditional appends recognised as retries and not stored again",
             ["segment"], registry=r,
         )
-        self.write_errors = Counter("logport_store_write_errors", "Failed writes or fsyncs", ["segment"], registry=r)
+        self.write_errors = StampedCounter("logport_store_write_errors", "Failed writes or fsyncs", ["segment"], registry=r)
         self.corrupt_reads = Counter("logport_store_corrupt_reads", "Reads refused: stored bytes that fail their "
                                      "checksum (format v2)", ["segment"], registry=r)
         self.fsyncs = Counter("logport_store_fsyncs", "fdatasync calls", registry=r)
