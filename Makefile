@@ -17,6 +17,13 @@ run: $(STAMP)
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# tools the operations tests (tests/ops) run: systemd-analyze (Debian's systemd package) checks the unit file
+test: ops-tools
+
+.PHONY: ops-tools
+ops-tools:
+	@command -v systemd-analyze >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q systemd; }
+
 setup: $(STAMP) node java
 
 lint: $(STAMP)

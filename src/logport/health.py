@@ -73,7 +73,7 @@ class HealthMonitor:
 
     def __init__(self, metrics: Metrics, *, data_dir: str, min_free_bytes: int, timeout: float,
                  listeners: Callable[[], list[tuple[str, bool]]], draining: Callable[[], bool],
-                 on_tick: Callable[[], None] | None = None) -> None:
+                 on_tick: Callable[[], None] | None = None, interval: float = TICK) -> None:
         self.metrics = metrics
         self.data_dir = data_dir
         self.min_free_bytes = min_free_bytes
@@ -81,6 +81,7 @@ class HealthMonitor:
         self._listeners = listeners
         self._draining = draining
         self._on_tick = on_tick
+        self.interval = interval
         self.store_watch = StoreWatch()
         self.last_tick = time.monotonic()
         self.problems: tuple[Problem, ...] = (Problem("hub", "logport", "starting"),)
@@ -99,7 +100,7 @@ class HealthMonitor:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(TICK)
+            await asyncio.sleep(self.interval)
             try:
                 self.tick()
             except Exception:  # a look that fails must not end the looking: /health would go stale

@@ -87,7 +87,8 @@ class Hub:
             self.monitor = health.HealthMonitor(
                 self.metrics, data_dir=cfg.store.data_dir, min_free_bytes=cfg.hub.ready_min_free_bytes,
                 timeout=cfg.hub.health_timeout, listeners=self.listener_states, draining=lambda: self.draining,
-                on_tick=notifier.watchdog if notifier is not None else None)
+                on_tick=notifier.watchdog if notifier is not None else None,
+                interval=min(health.TICK, notifier.watchdog_interval or health.TICK) if notifier else health.TICK)
             self.monitor.start()
             if self._serve_metrics and cfg.metrics.enabled:
                 m = cfg.metrics
