@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER, help="options of the scenario (see logport bench NAME --help)")
     p.set_defaults(func=cmd_bench)
 
+    p = add_parser("reload", help="make a running hub read its config again (SIGHUP)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid-file", help="the hub's hub.pid_file")
+    target.add_argument("--pid", type=int, help="the hub's process id")
+    p.set_defaults(func=cmd_reload)
+
     p = add_parser("pipeline", help="run the Spark analytics job", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_pipeline)
@@ -174,9 +180,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvloop
     except ImportError:  # only the import: an ImportError from inside the hub must not start it twice
-        asyncio.run(serve_forever(config))
+        asyncio.run(serve_forever(config, args.config, {"data_dir": args.data_dir, "bind": args.bind}))
     else:
-        uvloop.run(serve_forever(config))
+        uvloop.run(serve_forever(config, args.config, {"data_dir": args.data_dir, "bind": args.bind}))
     return 0
 
 
@@ -321,6 +327,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                 formatter_class=HelpFormatter)
     module.add_arguments(p)
     return int(module.run(p.parse_args(args.args)))
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """SIGHUP to a running hub; what it made of the config is in its log and logport_config_reloads_total."""
+    import os
+    import signal
+
+    pid = args.pid
+    if pid is None:
+        try:
+            pid = int(Path(args.pid_file).read_text().strip())
+        except (OSError, ValueError) as e:
+            print(f"logport reload: cannot read a pid from {args.pid_file!r}: {e}", file=sys.stderr)
+            return 1
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as e:
+        print(f"logport reload: cannot signal pid {pid}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"sent SIGHUP to logport (pid {pid}); its log says what changed")
+    return 0
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import os
@@ -16,13 +17,17 @@ import time
 from typing import Any
 
 from logport import health
-from logport.config import Config, output_name
-from logport.errors import LogportError
+from logport import reload as reload_plan
+from logport.config import Config, ForwardOutputConfig, load_config, output_name
+from logport.errors import ConfigError, LogportError
+from logport.logs import setup_logging
 from logport.metrics import Metrics
+from logport.reload import update_in_place
 from logport.routing import Router
 from logport.runtime import Runtime, Service
 from logport.store import SegmentStore
 from logport.systemd import Notifier
+from logport.tls import check_tls_files
 
 log = logging.getLogger("logport.hub")
 
@@ -46,8 +51,12 @@ class ListenerError(LogportError):
 
 
 class Hub:
-    def __init__(self, config: Config, *, serve_metrics: bool = True, notifier: Notifier | None = None) -> None:
+    def __init__(self, config: Config, *, serve_metrics: bool = True, notifier: Notifier | None = None,
+                 config_path: str | None = None, overrides: dict[str, Any] | None = None) -> None:
         self.config = config
+        self.config_path = config_path  # what a reload reads again, with the same command-line overrides
+        self.overrides = overrides or {}
+        self._reload_lock = asyncio.Lock()
         self.metrics = Metrics()
         self._serve_metrics = serve_metrics
         self.runtime: Runtime | None = None
@@ -66,23 +75,12 @@ class Hub:
             runtime.hostname = cfg.hub.hostname
         self.runtime = runtime
         try:
-            for name, module in LISTENERS.items():
+            for name in LISTENERS:
                 if getattr(cfg, name).enabled:
-                    try:
-                        self.services[name] = await importlib.import_module(module).start(runtime)
-                    except OSError as e:
-                        section = getattr(cfg, name)
-                        port = getattr(section, "port", None) or getattr(section, "router_port", "")
-                        raise ListenerError(
-                            f"{name} listener could not start on {section.bind}:{port}: {e.strerror or e}"
-                        ) from e
-                    log.info("listener started", extra={"listener": name})
-            for kind, module in OUTPUTS.items():
+                    self.services[name] = await self._start_listener(name)
+            for kind in OUTPUTS:
                 for out in getattr(cfg.outputs, kind):
-                    # keyed by the name its checkpoint goes by, which config load keeps unique
-                    key = f"output.{output_name(out)}"
-                    self.services[key] = await importlib.import_module(module).start(runtime, out)
-                    log.info("output started", extra={"output": key})
+                    await self._start_output(kind, out)
             notifier = self.notifier
             self.monitor = health.HealthMonitor(
                 self.metrics, data_dir=cfg.store.data_dir, min_free_bytes=cfg.hub.ready_min_free_bytes,
@@ -101,6 +99,24 @@ class Hub:
             raise
         self._retention = asyncio.create_task(self._retention_loop())
         return runtime
+
+    async def _start_listener(self, name: str) -> Service:
+        assert self.runtime is not None
+        section = getattr(self.runtime.config, name)
+        try:
+            service: Service = await importlib.import_module(LISTENERS[name]).start(self.runtime)
+        except OSError as e:
+            port = getattr(section, "port", None) or getattr(section, "router_port", "")
+            raise ListenerError(f"{name} listener could not start on {section.bind}:{port}: {e.strerror or e}") from e
+        log.info("listener started", extra={"listener": name})
+        return service
+
+    async def _start_output(self, kind: str, out: Any) -> None:
+        assert self.runtime is not None
+        # keyed by the name its checkpoint goes by, which config load keeps unique
+        key = f"output.{output_name(out)}"
+        self.services[key] = await importlib.import_module(OUTPUTS[kind]).start(self.runtime, out)
+        log.info("output started", extra={"output": key})
 
     def listener_states(self) -> list[tuple[str, bool]]:
         """(name, bound and accepting) of every configured listener."""
@@ -145,6 +161,103 @@ class Hub:
             except Exception:
                 log.exception("retention failed")
 
+    async def reload(self) -> bool:
+        """Read the config file again and apply what changed (reload.py says what can change live and how);
+        a config that does not validate, or a listener that cannot start, leaves the running config as it
+        is. True if the new config runs."""
+        async with self._reload_lock:
+            if self.notifier is not None:
+                self.notifier.reloading()
+            try:
+                return await self._reload()
+            finally:
+                if self.notifier is not None:
+                    self.notifier.ready("serving (reloaded)")
+
+    def _refuse_reload(self, reason: str, **extra: Any) -> bool:
+        log.error("reload refused, the running config stays: %s", reason, extra={"config": self.config_path, **extra})
+        self.metrics.config_reloads.labels("failed").inc()
+        return False
+
+    async def _reload(self) -> bool:
+        assert self.runtime is not None
+        runtime, old = self.runtime, self.config
+        try:
+            new = load_config(self.config_path, **self.overrides)
+            for name in ("forward", "lumberjack", "segment"):
+                section = getattr(new, name)
+                if section.enabled and section.tls.enabled:
+                    check_tls_files(f"{name}.tls", section.tls)
+        except ConfigError as e:
+            return self._refuse_reload(str(e))
+        steps = reload_plan.plan(old, new)
+        for key in steps.not_live:
+            log.warning("config key cannot change without a restart; the running value stays",
+                        extra={"key": key})
+        new.store, new.metrics = old.store, old.metrics
+        new.hub.hostname, new.hub.pid_file = old.hub.hostname, old.hub.pid_file
+        changes = {c.name: c for c in steps.listeners}
+        applied = dataclasses.replace(new)
+        for name in LISTENERS:  # listeners changed in place, or not at all, keep the section they hold
+            if name not in changes or changes[name].action == "update":
+                setattr(applied, name, getattr(old, name))
+        # what can fail first: a listener on a new address binds beside the old one
+        runtime.config = applied
+        started: dict[str, Service] = {}
+        try:
+            for change in steps.listeners:
+                if change.action in ("move", "start"):
+                    started[change.name] = await self._start_listener(change.name)
+        except ListenerError as e:
+            runtime.config = old
+            for service in started.values():
+                await service.close()
+            return self._refuse_reload(str(e))
+        self.config = applied
+        for change in steps.listeners:
+            name = change.name
+            if change.action == "update":
+                update_in_place(getattr(old, name), getattr(new, name))
+                getattr(self.services[name], "config_changed", lambda: None)()
+            elif change.action in ("move", "stop", "restart"):
+                await self._retire(name)
+                if change.action == "restart":
+                    try:
+                        started[name] = await self._start_listener(name)
+                    except ListenerError as e:  # its address was free a moment ago; /ready names it now
+                        log.error("listener not restarted after a reload: %s", e, extra={"listener": name})
+            if name in started:
+                self.services[name] = started[name]
+        for name in ("forward", "lumberjack", "segment"):  # certificates rotate in their files: load again
+            running = self.services.get(name)
+            section = getattr(applied, name)
+            if running is not None and name not in started and section.tls.enabled:
+                running.reload_tls(section.tls)  # type: ignore[attr-defined]
+        for key in steps.outputs_stop:
+            output = self.services.pop(key)
+            await output.drain(applied.hub.shutdown_grace)  # type: ignore[attr-defined]
+            await output.close()
+        for out in steps.outputs_start:
+            kind = "forward" if isinstance(out, ForwardOutputConfig) else "lumberjack"
+            await self._start_output(kind, out)
+        if steps.routes:
+            runtime.router = Router(applied.routes)
+        if steps.log:
+            setup_logging(applied.hub.log_level, applied.hub.log_format)
+        self.metrics.config_reloads.labels("ok").inc()
+        log.info("config reloaded", extra={"config": self.config_path, "changes": steps.changes,
+                                           "not_live": steps.not_live})
+        return True
+
+    async def _retire(self, name: str) -> None:
+        """Drain a listener (its clients get every answer due) and close it."""
+        service = self.services.pop(name, None)
+        if service is None:
+            return
+        await service.drain(self.config.hub.shutdown_grace)  # type: ignore[attr-defined]
+        await service.close()
+        log.info("listener retired", extra={"listener": name})
+
     async def stop(self) -> None:
         if self._retention is not None:
             self._retention.cancel()
@@ -165,15 +278,25 @@ class Hub:
             self.runtime = None
 
 
-async def serve_forever(config: Config) -> None:
-    """Run the hub until SIGTERM or SIGINT, then drain it (hub.shutdown_grace) and stop; tell systemd both."""
+async def serve_forever(config: Config, config_path: str | None = None,
+                        overrides: dict[str, Any] | None = None) -> None:
+    """Run the hub until SIGTERM or SIGINT, then drain it (hub.shutdown_grace) and stop; tell systemd both.
+    SIGHUP reloads `config_path` (with the same command-line `overrides`)."""
     notifier = Notifier()
-    hub = Hub(config, notifier=notifier)
+    hub = Hub(config, notifier=notifier, config_path=config_path, overrides=overrides)
     await hub.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_sighup() -> None:
+        task = loop.create_task(hub.reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
     pid_file = config.hub.pid_file
     if pid_file:
         write_pid_file(pid_file)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+T = TypeVar("T")
 
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
@@ -47,6 +50,18 @@ class Metrics:
         self.pending_bytes = Gauge(
             "logport_store_pending_bytes", "Bytes queued for the next group commit", ["segment"], registry=r
         )
+
+        self._families: dict[object, Any] = {}
+        self.config_reloads = Counter("logport_config_reloads", "Config reloads (SIGHUP) by result: ok or failed "
+                                      "(a config that does not validate, or a listener that cannot start)",
+                                      ["result"], registry=r)
+
+    def once(self, key: object, make: Callable[[], T]) -> T:
+        """A listener's metrics, made the first time it starts and shared by every later start in this hub
+        (a reload starts a listener anew beside the old one; a registry takes each name only once)."""
+        if key not in self._families:
+            self._families[key] = make()
+        return self._families[key]  # type: ignore[no-any-return]
 
     def serve(self, bind: str, port: int) -> None:
         """Serve /metrics from a daemon thread (prometheus_client's own server)."""

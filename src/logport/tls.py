@@ -6,6 +6,7 @@ import ssl
 from typing import Any
 
 from logport.config import TLSConfig
+from logport.errors import ConfigError
 
 
 def server_context(tls: TLSConfig) -> ssl.SSLContext | None:
@@ -37,3 +38,12 @@ def client_context(ca: str = "", cert: str = "", key: str = "", verify: bool = T
     if cert:
         ctx.load_cert_chain(cert, key or None)
     return ctx
+
+
+def check_tls_files(where: str, tls: TLSConfig) -> None:
+    """The certificate, key and client CA load (a reload refuses files that do not, naming them)."""
+    try:
+        server_context(tls)
+    except (OSError, ssl.SSLError, ValueError) as e:
+        raise ConfigError(f"config key '{where}.cert' has value {tls.cert!r} (key {tls.key!r}, "
+                          f"client_ca {tls.client_ca!r}): it does not load: {e}") from None

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Iterable
 from typing import Any, Protocol
+
+from logport.config import TLSConfig
+from logport.tls import server_options
 
 log = logging.getLogger("logport.lifecycle")
 
@@ -119,6 +123,30 @@ class TcpListener:
         self._listening = None
         self.reads_paused = False
         self.draining = False
+        self.ssl_context: ssl.SSLContext | None = None
+
+    def tls_options(self, config: TLSConfig) -> dict[str, Any]:
+        """`loop.create_server`'s TLS arguments; the context is kept, so that a reload can rotate its
+        certificate: new handshakes present the new one, established connections keep theirs."""
+        options = server_options(config)
+        self.ssl_context = options["ssl"]
+        return options
+
+    def config_changed(self) -> None:
+        """The section object it holds was updated in place (a reload): refresh what was made from it."""
+        guard = getattr(self, "guard", None)
+        config = getattr(self, "config", None)
+        if guard is not None and config is not None:
+            guard.max_connections = config.max_connections
+            guard.max_per_peer = config.max_connections_per_peer
+
+    def reload_tls(self, config: TLSConfig) -> None:
+        """Load the certificate and key (and client CA) again, from the same or new files."""
+        if self.ssl_context is None or not config.enabled:
+            raise ValueError(f"{self.name}: TLS cannot be turned on or off live")
+        self.ssl_context.load_cert_chain(config.cert, config.key)
+        if config.client_ca:
+            self.ssl_context.load_verify_locations(config.client_ca)
 
     def serving(self) -> bool:
         return self._listening is not None and self._listening.is_serving() and not self.draining

@@ -24,7 +24,6 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from logport import tls
 from logport.batch import encode_batch
 from logport.errors import LimitExceeded, ProtocolError, StoreError
 from logport.protocols import forward as fp
@@ -65,7 +64,7 @@ class ForwardServer(TcpListener):
         self.runtime = runtime
         self.config = runtime.config.forward
         self.hostname = self.config.self_hostname or runtime.hostname
-        self.metrics = ForwardMetrics(runtime)
+        self.metrics = runtime.metrics.once(ForwardMetrics, lambda: ForwardMetrics(runtime))
         self.connections: set[ForwardConnection] = set()
         self.inflight = 0  # bytes received and not yet stored, over all connections
         self.paused: set[ForwardConnection] = set()
@@ -81,7 +80,7 @@ class ForwardServer(TcpListener):
     async def start(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        options = tls.server_options(cfg.tls)
+        options = self.tls_options(cfg.tls)
         self._tcp = await loop.create_server(lambda: ForwardConnection(self), cfg.bind, cfg.port,
                                              backlog=1024, reuse_address=True, **options)
         self._listening = self._tcp
@@ -89,6 +88,10 @@ class ForwardServer(TcpListener):
         self._udp, _ = await loop.create_datagram_endpoint(lambda: HeartbeatProtocol(self),
                                                            local_addr=(cfg.bind, self.port))
         log.info("forward listening", extra={"bind": cfg.bind, "port": self.port, "tls": options["ssl"] is not None})
+
+    def config_changed(self) -> None:
+        super().config_changed()
+        self.hostname = self.config.self_hostname or self.runtime.hostname
 
     def stop_accepting(self) -> None:
         super().stop_accepting()

@@ -127,7 +127,7 @@ class LogjamDevice:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.config = runtime.config.logjam
-        self.metrics = LogjamMetrics(runtime)
+        self.metrics = runtime.metrics.once(LogjamMetrics, lambda: LogjamMetrics(runtime))
         self.decoder = MessageDecoder(self.config)
         self.hostname = runtime.hostname.encode()
         self.ctx = zmq.asyncio.Context()

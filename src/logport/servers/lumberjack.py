@@ -41,7 +41,6 @@ from logport.protocols.lumberjack import (
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard
 from logport.servers._lifecycle import ReadGate, TcpListener, peer_name, wait_until
-from logport.tls import server_options
 from logport.workers import WorkerPool
 
 log = logging.getLogger("logport.lumberjack")
@@ -225,7 +224,7 @@ class LumberjackServer(TcpListener):
         self.config: LumberjackConfig = runtime.config.lumberjack
         cfg = self.config
         self.limits = Limits(cfg.max_payload_size, cfg.max_decompressed_size, cfg.max_window_size)
-        self.metrics = LumberjackMetrics(runtime)
+        self.metrics = runtime.metrics.once(LumberjackMetrics, lambda: LumberjackMetrics(runtime))
         self.connections: set[LumberjackConnection] = set()
         self.guard = ConnectionGuard(log, max_connections=cfg.max_connections,
                                      max_per_peer=cfg.max_connections_per_peer)
@@ -237,9 +236,14 @@ class LumberjackServer(TcpListener):
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: LumberjackConnection(self), self.config.bind, self.config.port,
-            reuse_address=True, **server_options(self.config.tls),
+            reuse_address=True, **self.tls_options(self.config.tls),
         )
         self._listening = self.server
+
+    def config_changed(self) -> None:
+        super().config_changed()
+        cfg = self.config  # new connections take the new limits; established ones keep theirs
+        self.limits = Limits(cfg.max_payload_size, cfg.max_decompressed_size, cfg.max_window_size)
 
     @property
     def port(self) -> int:

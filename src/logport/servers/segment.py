@@ -28,7 +28,6 @@ from logport.servers._lifecycle import SETTLE_POLL, ReadGate, TcpListener, peer_
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
-from logport.tls import server_options
 
 log = logging.getLogger("logport.segment")
 
@@ -88,7 +87,7 @@ class SegmentServer(TcpListener):
         self.runtime = runtime
         self.config: SegmentServerConfig = runtime.config.segment
         self.store: SegmentStore = runtime.store
-        self.metrics = SegmentMetrics.create(runtime)
+        self.metrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics.create(runtime))
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.receive_pool = ReceivePool(self.config.receive_pool_bytes)
@@ -105,7 +104,7 @@ class SegmentServer(TcpListener):
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
-            reuse_address=True, **server_options(self.config.tls),
+            reuse_address=True, **self.tls_options(self.config.tls),
         )
         self._listening = self._server
         if self.config.idle_timeout > 0:
@@ -113,6 +112,11 @@ class SegmentServer(TcpListener):
         if self.config.receive_pool_bytes:
             self._trim_task = loop.create_task(self._trim_pool())
         log.info("segment listener", extra={"bind": self.config.bind, "port": self.port})
+
+    def config_changed(self) -> None:
+        super().config_changed()
+        cfg = self.config  # new connections take the new limits; established ones keep theirs
+        self.limits = sp.Limits(cfg.max_message_size, cfg.max_event_size, cfg.max_block_size)
 
     @property
     def port(self) -> int:
