@@ -202,8 +202,9 @@ def cmd_segments(args: argparse.Namespace) -> int:
 
     reader = DirectoryReader(_data_dir(args))
     rows = [reader.describe(name) for name in reader.segment_names()]
+    lags = output_lags(_config(args), reader) if args.config else []
     if args.json:
-        for row in rows:
+        for row in rows + lags:
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return 0
     header = ("SEGMENT", "START", "END", "BYTES", "EVENTS", "SEALED")
@@ -215,7 +216,48 @@ def cmd_segments(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
+    print_output_lags(lags)
     return 0
+
+
+def output_lags(config: Any, reader: Any) -> list[dict[str, Any]]:
+    """A row per configured output: how far its checkpoint is behind its segment's end (bytes and events),
+    and its last success (the checkpoint file is written only after a send was acknowledged)."""
+    from logport.config import output_name
+    from logport.outputs.follower import CHECKPOINT_DIR
+    from logport.store.reader import count_events
+
+    rows = []
+    names = set(reader.segment_names())
+    for out in [*config.outputs.forward, *config.outputs.lumberjack]:
+        name = output_name(out)
+        path = Path(config.store.data_dir) / CHECKPOINT_DIR / f"{name}.checkpoint"
+        try:
+            checkpoint = int(path.read_text().strip() or 0)
+            last_success: str | None = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(path.stat().st_mtime))
+        except FileNotFoundError:
+            checkpoint, last_success = 0, None
+        lag_bytes = lag_events = 0
+        if out.segment in names:
+            start, end, _ = reader.bounds(out.segment)
+            begin = min(max(checkpoint, start), end)
+            lag_bytes = end - begin
+            lag_events = sum(count_events(body) for _, body in reader.iter_events(out.segment, begin, end))
+        rows.append({"output": name, "segment": out.segment, "checkpoint": checkpoint, "lag_bytes": lag_bytes,
+                     "lag_events": lag_events, "last_success": last_success})
+    return rows
+
+
+def print_output_lags(lags: list[dict[str, Any]]) -> None:
+    if not lags:
+        return
+    print()
+    header = ("OUTPUT", "SEGMENT", "CHECKPOINT", "LAG BYTES", "LAG EVENTS", "LAST SUCCESS")
+    table = [header] + [(r["output"], r["segment"], str(r["checkpoint"]), str(r["lag_bytes"]),
+                         str(r["lag_events"]), r["last_success"] or "never") for r in lags]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
 
 
 def cmd_cat(args: argparse.Namespace) -> int:

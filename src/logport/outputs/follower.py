@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class SegmentFollower:
         self.identity_path = directory / f"{name}.id"
         self.checkpoint = self._load()
         self.position = self.checkpoint  # read position (ahead of the checkpoint while in flight)
+        self.on_commit: Callable[[], None] | None = None  # told after each checkpoint (outputs/lag.py)
 
     def _load(self) -> int:
         try:
@@ -71,6 +73,8 @@ class SegmentFollower:
         """Durably record that everything before `next_offset` was acknowledged."""
         await asyncio.get_running_loop().run_in_executor(None, self._save, next_offset)
         self.checkpoint = next_offset
+        if self.on_commit is not None:
+            self.on_commit()
 
     def _save(self, offset: int) -> None:
         _write_durably(self.path, self.path.with_suffix(".tmp"), str(offset))

@@ -25,6 +25,7 @@ from logport.clients.forward import ForwardSender, SenderConfig, SendFailed, Ser
 from logport.config import ForwardOutputConfig, output_name
 from logport.errors import OffsetTruncated
 from logport.outputs.follower import SegmentFollower
+from logport.outputs.lag import OutputLag
 from logport.protocols import forward as fp
 from logport.runtime import Runtime
 
@@ -114,6 +115,7 @@ class ForwardOutput:
         self.name = output_name(config)
         self.follower = SegmentFollower(runtime.store, config.segment, self.name, max_bytes=config.max_batch_bytes)
         self.identity = self.follower.identity()
+        self.lag = OutputLag(runtime, self.name, self.follower)
         servers = [ServerAddress(config.host, config.port)]
         servers += [ServerAddress.parse(s, standby=True) for s in config.standby]
         context = tls_contexts.client_context(config.tls_ca, verify=config.tls_verify) if config.tls else None
@@ -130,6 +132,7 @@ class ForwardOutput:
 
     async def start(self) -> ForwardOutput:
         await self.sender.start()
+        self.lag.start()
         self._task = asyncio.ensure_future(self._run())
         return self
 
@@ -147,6 +150,7 @@ class ForwardOutput:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        await self.lag.close()
         await self.sender.close()
 
     def messages(self, events: list[tuple[int, bytes]]) -> tuple[list[tuple[bytes, str | bytes | None]], int]:

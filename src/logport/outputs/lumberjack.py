@@ -21,6 +21,7 @@ from logport.clients.lumberjack import LumberjackClient
 from logport.config import LumberjackOutputConfig, output_name
 from logport.errors import OffsetTruncated
 from logport.outputs.follower import SegmentFollower
+from logport.outputs.lag import OutputLag
 from logport.protocols.lumberjack import format_timestamp
 from logport.runtime import Runtime
 from logport.tls import client_context
@@ -64,9 +65,11 @@ class LumberjackOutput:
         self.sent = _events_counter(runtime).labels(config.name or config.segment)
         self.task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.lag = OutputLag(runtime, self.name, self.follower)
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"output:{self.name}")
+        self.lag.start()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -118,6 +121,7 @@ class LumberjackOutput:
                 pass
             except Exception:
                 log.exception("lumberjack output failed", extra={"output": self.name})
+        await self.lag.close()
         await self.client.close()
 
 
