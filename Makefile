@@ -17,12 +17,14 @@ run: $(STAMP)
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# tools the operations tests (tests/ops) run: systemd-analyze (Debian's systemd package) checks the unit file
+# tools the operations tests (tests/ops) run: systemd-analyze (Debian's systemd package) checks the unit file,
+# tmux is the real terminal `logport top` is tested in
 test: ops-tools
 
 .PHONY: ops-tools
 ops-tools:
 	@command -v systemd-analyze >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q systemd; }
+	@command -v tmux >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q tmux; }
 
 setup: $(STAMP) node java
 

@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--pid", type=int, help="the hub's process id")
     p.set_defaults(func=cmd_reload)
 
+    p = add_parser("top", help="a live view of a running hub, from its metrics endpoint (q quits)")
+    p.add_argument("--metrics", default="127.0.0.1:24231", metavar="HOST:PORT",
+                   help="the hub's metrics endpoint ([metrics] bind and port)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between two scrapes")
+    p.set_defaults(func=cmd_top)
+
     p = add_parser("pipeline", help="run the Spark analytics job", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_pipeline)
@@ -390,6 +396,12 @@ def cmd_reload(args: argparse.Namespace) -> int:
         return 1
     print(f"sent SIGHUP to logport (pid {pid}); its log says what changed")
     return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from logport.top import main as top
+
+    return top(args.metrics, args.interval)
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:

@@ -22,7 +22,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
 from prometheus_client import Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+from prometheus_client.registry import Collector
 
 from logport.metrics import Metrics
 
@@ -190,3 +192,25 @@ def serve(bind: str, port: int, metrics: Metrics, monitor: HealthMonitor) -> WSG
     httpd = make_server(bind, port, app, Server, handler_class=_QuietHandler)
     threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
     return httpd
+
+
+class ListenerCollector(Collector):
+    """Connections open and refused (max_connections, per peer, failed handshakes) of every TCP listener,
+    under one name for all of them: read from each listener's ConnectionGuard at each scrape."""
+
+    def __init__(self, services: Callable[[], list[tuple[str, Any]]]) -> None:
+        self._services = services
+
+    def collect(self) -> Iterable[Any]:
+        open_ = GaugeMetricFamily("logport_listener_connections", "Open connections of a listener",
+                                  labels=["listener"])
+        refused = CounterMetricFamily("logport_listener_refused_connections",
+                                      "Connections a listener refused at once (max_connections, "
+                                      "max_connections_per_peer)", labels=["listener"])
+        for name, service in list(self._services()):
+            guard = getattr(service, "guard", None)
+            if guard is not None:
+                open_.add_metric([name], guard.open)
+                refused.add_metric([name], guard.refused)
+        yield open_
+        yield refused

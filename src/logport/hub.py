@@ -66,6 +66,7 @@ class Hub:
         self.draining = False
         self.monitor: health.HealthMonitor | None = None
         self._http: Any = None  # the metrics endpoint's WSGI server
+        self._collector_registered = False
 
     async def start(self) -> Runtime:
         cfg = self.config
@@ -88,6 +89,10 @@ class Hub:
                 on_tick=notifier.watchdog if notifier is not None else None,
                 interval=min(health.TICK, notifier.watchdog_interval or health.TICK) if notifier else health.TICK)
             self.monitor.start()
+            if not self._collector_registered:  # one per registry, however often the hub starts
+                self.metrics.registry.register(health.ListenerCollector(
+                    lambda: [(k, v) for k, v in self.services.items() if k in LISTENERS]))
+                self._collector_registered = True
             if self._serve_metrics and cfg.metrics.enabled:
                 m = cfg.metrics
                 try:

@@ -49,6 +49,8 @@ async def test_ready_when_every_listener_serves_then_draining_names_each(tmp_pat
         metrics = (await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{port}/metrics")).read()
         assert b"logport_ready 1.0" in metrics
         assert b'logport_listener_up{listener="logjam"} 1.0' in metrics
+        assert b'logport_listener_connections{listener="segment"} 0.0' in metrics
+        assert b'logport_listener_refused_connections_total{listener="forward"} 0.0' in metrics
         await hub.drain(5.0)
         status, body = await aget(port, "/ready")
         assert status == 503
