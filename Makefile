@@ -18,13 +18,16 @@ test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # tools the operations tests (tests/ops) run: systemd-analyze (Debian's systemd package) checks the unit file,
-# tmux is the real terminal `logport top` is tested in
+# tmux is the real terminal `logport top` is tested in, Debian's prometheus package gives promtool and a real
+# Prometheus that scrapes a hub (monitoring/)
 test: ops-tools
 
 .PHONY: ops-tools
 ops-tools:
 	@command -v systemd-analyze >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q systemd; }
 	@command -v tmux >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q tmux; }
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { $(SUDO) apt-get update -q \
+		&& $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
 setup: $(STAMP) node java
 

@@ -90,6 +90,10 @@ class HealthMonitor:
         self._ready = Gauge("logport_ready", "1 when GET /ready answers 200", registry=metrics.registry)
         self._up = Gauge("logport_listener_up", "1 while a listener is bound and accepting", ["listener"],
                          registry=metrics.registry)
+        self._disk_free = Gauge("logport_store_disk_free_bytes", "Free bytes of the data directory's file system",
+                                registry=metrics.registry)
+        self._disk_size = Gauge("logport_store_disk_size_bytes", "Size of the data directory's file system",
+                                registry=metrics.registry)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -124,10 +128,13 @@ class HealthMonitor:
             if not serving:
                 problems.append(Problem("listener", name, "draining" if self._draining() else "not bound"))
         try:
-            free = shutil.disk_usage(self.data_dir).free
+            usage = shutil.disk_usage(self.data_dir)
         except OSError as e:
             problems.append(Problem("store", self.data_dir, f"cannot read the free space: {e}"))
         else:
+            free = usage.free
+            self._disk_free.set(free)
+            self._disk_size.set(usage.total)
             if free < self.min_free_bytes:
                 problems.append(Problem("store", self.data_dir, f"disk full: {free} bytes free, below "
                                                                  f"hub.ready_min_free_bytes {self.min_free_bytes}"))
