@@ -275,3 +275,65 @@ def test_logport_reload_signals_the_hub_by_its_pid_file(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "logport.cli", "reload", "--pid-file", str(tmp_path / "nope")],
                              capture_output=True, text=True, cwd=REPO, env={**os.environ})
     assert missing.returncode == 1 and "cannot read a pid" in missing.stderr
+
+
+async def test_lumberjack_limits_and_routes_reload_under_pylogbeat_load(tmp_path: Path) -> None:
+    """pylogbeat (PyPI, Filebeat's protocol) keeps one connection across the reload and every window of it
+    is acknowledged; the new limit applies to the listener, the new route to the next windows."""
+    import threading
+
+    import pylogbeat
+
+    path = tmp_path / "logport.toml"
+    sections = base(tmp_path)
+    sections["forward"]["enabled"] = False
+    sections["lumberjack"] = {"port": free_port(), "tag": "beats"}
+    write_config(path, sections)
+    hub = Hub(load_config(path), serve_metrics=False, config_path=str(path))
+    await hub.start()
+    acked = [0]
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def beat() -> None:
+        client = pylogbeat.PyLogBeatClient("127.0.0.1", sections["lumberjack"]["port"], timeout=10.0,
+                                           use_logging=True)
+        client.connect()
+        try:
+            while not stop.is_set():
+                client.send([{"n": acked[0] + i, "message": "x" * 40} for i in range(50)])  # returns once acked
+                acked[0] += 50
+        except Exception as e:
+            failed.append(repr(e))
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while acked[0] < 500:
+            assert time.monotonic() < deadline and not failed, failed
+            await asyncio.sleep(0.02)
+        listener = hub.services["lumberjack"]
+        (conn,) = listener.connections  # type: ignore[attr-defined]
+        sections["lumberjack"]["max_window_size"] = 5000
+        write_config(path, sections, routes=[{"match": "beats", "segment": "beats-rerouted"}])
+        assert await hub.reload()
+        at_reload = acked[0]
+        while acked[0] < at_reload + 500:
+            assert time.monotonic() < deadline + 20 and not failed, failed
+            await asyncio.sleep(0.02)
+        assert hub.services["lumberjack"] is listener
+        assert listener.connections == {conn}  # type: ignore[attr-defined]  # the same connection throughout
+        assert listener.limits.max_window_size == 5000  # type: ignore[attr-defined]
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 10)
+        await hub.stop()
+    assert not failed, failed
+    data = Path(sections["store"]["data_dir"])
+    assert stored_events(data, "beats-rerouted"), "nothing reached the new route"
+    stored = sum(msgpack.unpackb(b)[2]["size"] for seg in ("lumberjack", "beats-rerouted")
+                 for b in stored_events(data, seg))
+    assert stored >= acked[0]
