@@ -219,3 +219,17 @@ def test_every_config_key_and_its_default_is_in_the_readme() -> None:
     problems += [f"republish_routes {key}: not mentioned" for key, _ in _config_keys(LogjamRepublishRoute)
                  if f"`{key}`" not in readme_republish]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ("[hub]\nshutdown_grace = -1", "config key 'hub.shutdown_grace' has value -1.0; it must be >= 0"),
+    ("[hub]\nhealth_timeout = 0", "config key 'hub.health_timeout' has value 0.0; it must be > 0"),
+    ("[hub]\nready_min_free_bytes = -5", "config key 'hub.ready_min_free_bytes' has value -5; it must be >= 0"),
+    ("[metrics]\nport = 70000", "config key 'metrics.port' has value 70000; a port is 0..65535"),
+])
+def test_hub_and_metrics_checks_beside_their_sections(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == message
