@@ -17,6 +17,7 @@ from logport.metrics import Metrics
 from logport.routing import Router
 from logport.runtime import Runtime, Service
 from logport.store import SegmentStore
+from logport.store.identity import ensure_hub_identity
 
 log = logging.getLogger("logport.hub")
 
@@ -51,6 +52,7 @@ class Hub:
     async def start(self) -> Runtime:
         cfg = self.config
         store = await SegmentStore.open(cfg.store, metrics=self.metrics)
+        ensure_hub_identity(cfg.store.data_dir)  # on the first start; kept for good (logport.store.identity)
         runtime = Runtime(config=cfg, store=store, metrics=self.metrics, router=Router(cfg.routes))
         if cfg.hub.hostname:
             runtime.hostname = cfg.hub.hostname

@@ -149,6 +149,12 @@ class BlockingSegmentClient:
         assert isinstance(reply, sp.SegmentList), reply
         return list(reply.segments)
 
+    def hub_id(self) -> str:
+        """The hub's stable identity (logport.store.identity)."""
+        reply = self._request(sp.GetHubInfo())
+        assert isinstance(reply, sp.HubInfo), reply
+        return reply.hub_id
+
     def info(self, name: str) -> tuple[int, int, bool]:
         """(start offset, end offset, sealed)."""
         reply = self._request(sp.GetSegmentInfo(name))
@@ -719,6 +725,12 @@ class SegmentReader:
         reply = await self._request(sp.GetSegmentInfo(segment))
         assert isinstance(reply, sp.SegmentInfoReply), reply
         return reply.start_offset, reply.end_offset, reply.sealed
+
+    async def hub_id(self) -> str:
+        """The hub's stable identity (logport.store.identity)."""
+        reply = await self._request(sp.GetHubInfo())
+        assert isinstance(reply, sp.HubInfo), reply
+        return reply.hub_id
 
     async def list_segments(self) -> list[str]:
         reply = await self._request(sp.ListSegments())
