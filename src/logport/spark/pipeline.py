@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from logport.errors import LogportError
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -518,7 +520,21 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
         done = [p for p in q.recentProgress if p["numInputRows"]]
         written[q.name] = rows = sum(p["numInputRows"] for p in done)
         progress.say(f"{q.name}: {len(done)} batches, {rows} rows read")
+    failed = [(q.name, q.exception()) for q in queries if q.exception() is not None]
+    if failed:  # a query that stopped on an error: the run failed (its checkpoint keeps the position)
+        raise QueryFailed("; ".join(f"{name}: {_first_lines(str(e))}" for name, e in failed))
     return written
+
+
+class QueryFailed(LogportError):
+    """A streaming query of `logport pipeline` stopped on an error; a rerun resumes from its checkpoint."""
+
+
+def _first_lines(text: str, limit: int = 2000) -> str:
+    """A Spark error with its Python traceback: the lines that say what happened (the last of the traceback)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith((" ", "\t", "Traceback", "JVM stacktrace"))]
+    return " | ".join(said)[:limit]
 
 
 def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> dict[str, list[dict[str, Any]]]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from logport.errors import LogportError
+from logport.errors import LogportError, RemoteProtocolError
 from logport.store import frames
 from logport.store.files import ChunkReader
 from logport.store.identity import ensure_hub_identity
@@ -139,7 +139,11 @@ class ServerSegments:
 
     def identity(self) -> str:
         if self._identity is None:
-            self._identity = self._retrying(lambda c: c.hub_id())
+            try:
+                self._identity = self._retrying(lambda c: c.hub_id())
+            except RemoteProtocolError as e:  # something else listens there (an HTTP proxy, an old hub)
+                self._drop()
+                raise HubUnreachable(f"{self.server} does not answer as a logport hub (GetHubInfo): {e}") from None
         return self._identity
 
     def names(self) -> list[str]:
