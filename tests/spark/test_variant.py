@@ -206,3 +206,95 @@ def test_fields_option_in_spark(spark, tmp_path: Path) -> None:  # type: ignore[
     df = (spark.read.format("logport").option("path", data_dir).option("fields", "host:string,total_time:double")
           .load())
     assert df.select("host", "total_time").collect() == [("h", 2.5)]
+
+
+# --- the C pass (logport/spark/_variant_encode.c) against its Python reference ----------------------
+
+c_encode = pytest.importorskip("logport.spark._variant_encode").encode_entries
+
+
+def c_rows(entries: bytes) -> list[tuple[int, bytes, bytes]] | None:
+    """(time_ns, value, metadata) of each entry as the C pass encodes it; None when it leaves them to Python."""
+    out = c_encode(entries)
+    if out is None:
+        return None
+    n, times, values, value_offsets, metadata, metadata_offsets = out
+    t = memoryview(times).cast("q")
+    vo, mo = memoryview(value_offsets).cast("i"), memoryview(metadata_offsets).cast("i")
+    assert len(t) == n and len(vo) == len(mo) == n + 1 and vo[n] == len(values) and mo[n] == len(metadata)
+    return [(t[i], values[vo[i]:vo[i + 1]], metadata[mo[i]:mo[i + 1]]) for i in range(n)]
+
+
+def python_rows(entries: bytes) -> list[tuple[int, bytes, bytes]]:
+    unpacker = msgpack.Unpacker(raw=False, use_list=False, unicode_errors="replace", ext_hook=slice,
+                                strict_map_key=False, max_buffer_size=0)
+    unpacker.feed(entries)
+    out = []
+    for time, record in unpacker:
+        seconds, nanos = int.from_bytes(time.stop[:4], "big"), int.from_bytes(time.stop[4:], "big")
+        out.append((seconds * 1_000_000_000 + nanos, *encode_variant(record)))
+    return out
+
+
+c_keys = st.text(max_size=8).filter(lambda k: all(ord(c) <= 0xFFFF for c in k))
+c_scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+             | st.floats(width=32, allow_nan=False) | st.text(max_size=70) | st.binary(max_size=10))
+c_values = st.recursive(c_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(c_keys, inner, max_size=4),
+                        max_leaves=16)
+
+
+def pack_entries(entries: list[tuple[int, int, Any]], float32: bool) -> bytes:
+    """The entries; with float32, floats as msgpack float32 where every one of a record fits."""
+    def pack(record: Any) -> bytes:
+        try:
+            return msgpack.packb(record, use_bin_type=True, use_single_float=float32)
+        except OverflowError:
+            return msgpack.packb(record, use_bin_type=True)
+    return b"".join(pack_entry(s, ns, None)[:-1] + pack(r) for s, ns, r in entries)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 999_999_999),
+                          st.dictionaries(c_keys, c_values, max_size=6) | c_values), max_size=8), st.booleans())
+def test_c_pass_equals_the_python_encoder(entries, float32) -> None:  # type: ignore[no-untyped-def]
+    packed = pack_entries(entries, float32)
+    assert c_rows(packed) == python_rows(packed)
+
+
+@pytest.mark.parametrize("record", [
+    b"\x81\xa1k\xa2\xff\xfe",  # a str that is not UTF-8 (Python replaces)
+    b"\x81\x92\x01\x02\xa1v",  # an array key
+    b"\x82\xa1a\x01\xa1a\x02",  # a duplicate key (Python keeps the last)
+    b"\x81\xa1e\xd4\x05\x01",  # an ext that is not an EventTime
+    b"\x81\xa4\xf0\x9f\x98\x80\x01",  # a key outside the BMP (Spark orders keys as UTF-16)
+    b"\x91" * 70 + b"\xc0",  # nesting deeper than the C pass goes
+])
+def test_c_pass_leaves_the_odd_records_to_python(record: bytes) -> None:
+    entry = pack_entry(BASE_S, 0, None)[:-1] + record
+    assert c_rows(pack_entry(BASE_S, 0, {"ok": 1}) + entry) is None
+    body = encode_batch("t", entry, {"size": 1})
+    assert_variants_as_cat(body)  # through the Python path, as before
+
+
+def test_c_pass_leaves_other_entry_forms_to_python() -> None:
+    assert c_rows(b"") == []
+    for entries in [msgpack.packb([BASE_S, {"a": 1}]),  # an integer time
+                    msgpack.packb([[msgpack.ExtType(0, bytes(8)), {"m": 1}], {"a": 1}]),  # v1.5 metadata
+                    pack_entry(BASE_S, 0, {"a": 1})[:-3]]:  # cut short
+        assert c_rows(entries) is None
+
+
+@given(st.binary(max_size=300))
+def test_c_pass_on_arbitrary_bytes_answers_or_declines(data: bytes) -> None:
+    rows = c_rows(data)
+    if rows is not None:
+        assert rows == python_rows(data)
+
+
+def test_python_path_alone_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from logport.spark import columns
+
+    bodies = [body for items in build_sample(logjam_requests=45).bodies.values() for body in items]
+    with_c = [rb.to_pylist() for body in bodies for rb in frames_to_batches("s", [(0, 0, body)])]
+    monkeypatch.setattr(columns, "encode_entries", None)
+    without = [rb.to_pylist() for body in bodies for rb in frames_to_batches("s", [(0, 0, body)])]
+    assert with_c == without

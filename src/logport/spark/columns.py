@@ -11,6 +11,7 @@ columns of top-level record fields.
 
 from __future__ import annotations
 
+import array
 import functools
 import logging
 import re
@@ -29,6 +30,11 @@ from logport.errors import LogportError
 from logport.eventjson import json_default
 from logport.spark.variant import VARIANT_TYPE, VariantEncoder, VariantTooLarge, record_msgpack
 from logport.store import frames
+
+try:  # the C pass (setup.py builds it; without a compiler the Python path does the same, slower)
+    from logport.spark._variant_encode import encode_entries
+except ImportError:  # pragma: no cover
+    encode_entries = None
 
 log = logging.getLogger("logport.spark")
 
@@ -232,11 +238,12 @@ class ColumnBuilder:
         self.index: list[int] = []
         self.tag: list[str | None] = []
         self.time_ns: list[int | None] = []
-        # JSON text, or (value, metadata) pairs as VARIANT
+        # JSON text; as VARIANT, the three columns are kept as Arrow arrays of a frame's rows each
         self.record: list[Any] = []
         self.source: list[str | None] = []
         self.meta: list[Any] = []
         self.option: list[Any] = []
+        self.chunks: dict[str, list[pa.Array]] = {"record": [], "meta": [], "option": []}
         self.raw: list[bytes | None] = []
         self.fields: list[list[Any]] = [[] for _ in self.layout.fields]
         self._meta_all_none = True
@@ -250,9 +257,13 @@ class ColumnBuilder:
             self._add_opaque(offset, body)
             return 1
         variant = self.layout.variant
+        if variant and not self.layout.fields and encode_entries is not None:
+            encoded = encode_entries(batch.entries)  # the C pass: None when the Python path must decide
+            if encoded is not None:
+                return self._add_encoded(offset, batch.tag, batch.option, encoded)
         try:
             times, records, metas = _split_items(_unpack_entries(batch.entries, batch.size))
-            values = self._variants(records) if variant else list(map(dumps_record, records))
+            values: list[Any] = self._variants(records) if variant else list(map(dumps_record, records))
         except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as e:
             if isinstance(e, VariantTooLarge):
                 raise
@@ -271,28 +282,53 @@ class ColumnBuilder:
         self.tag.extend([batch.tag] * n)
         self.time_ns.extend(times)
         self.source.extend([source if isinstance(source, str) else None] * n)
-        self.option.extend([self._encode(batch.option)] * n)
-        if metas is None:
-            self.meta.extend([None] * n)
-        else:
-            self.meta.extend(self._encode(m) if m else None for m in metas)
-            self._meta_all_none = False
         raw: list[bytes | None] = [None] * n
         for i, value in enumerate(values):
             if value is None:  # too large for a VARIANT: its msgpack bytes in `raw`, as an opaque event's
                 raw[i] = record_msgpack(records[i])
                 self._raw_all_none = False
-        self.record.extend(values)
         self.raw.extend(raw)
+        if variant:
+            self.chunks["record"].append(_variant_pairs(values))
+            self.chunks["option"].append(self._repeated_variant(batch.option, n))
+            self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE) if metas is None else _variant_pairs(
+                [self._encoder.encode(m) if m else None for m in metas]))
+        else:
+            self.record.extend(values)
+            self.option.extend([dumps_json(batch.option)] * n)
+            if metas is None:
+                self.meta.extend([None] * n)
+            else:
+                self.meta.extend(dumps_json(m) if m else None for m in metas)
+                self._meta_all_none = False
         for column, (name, kind) in zip(self.fields, self.layout.fields, strict=True):
             convert = FIELD_CONVERTERS[kind]
             column.extend(convert(r.get(name)) if isinstance(r, dict) else None for r in records)
         self.rows += n
         return n
 
-    def _encode(self, value: Any) -> Any:
-        """meta and option: as the record's column is (both are small, the limit cannot be reached)."""
-        return self._encoder.encode(value) if self.layout.variant else dumps_json(value)
+    def _add_encoded(self, offset: int, tag: str, option: dict[str, Any], encoded: tuple[Any, ...]) -> int:
+        """The rows of a frame whose entries the C pass turned into VARIANT column buffers."""
+        n, times, values, value_offsets, metadata, metadata_offsets = encoded
+        if n == 0:
+            return 0
+        source = option.get("source")
+        self.offset.extend([offset] * n)
+        self.index.extend(range(n))
+        self.tag.extend([tag] * n)
+        self.time_ns.extend(array.array("q", times))
+        self.source.extend([source if isinstance(source, str) else None] * n)
+        self.raw.extend([None] * n)
+        self.chunks["record"].append(_variant_buffers(n, values, value_offsets, metadata, metadata_offsets))
+        self.chunks["option"].append(self._repeated_variant(option, n))
+        self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE))
+        self.rows += n
+        return int(n)
+
+    def _repeated_variant(self, value: Any, n: int) -> pa.Array:
+        """A frame's option, the same on each of its n rows (small: Spark's limit cannot be reached)."""
+        encoded, metadata = self._encoder.encode(value)
+        return pa.repeat(pa.scalar({"value": encoded, "metadata": metadata}, type=VARIANT_TYPE), n)
 
     def _variants(self, records: Sequence[Any]) -> list[tuple[bytes, bytes] | None]:
         """Each record's (value, metadata); None for one Spark would refuse as too large."""
@@ -313,21 +349,18 @@ class ColumnBuilder:
                                     *self.fields]
         for column in columns:
             column.append(None)
+        for chunks in self.chunks.values():
+            chunks.append(pa.nulls(1, VARIANT_TYPE))
         self.raw.append(bytes(body))
         self._raw_all_none = False
         self.rows += 1
 
-    def _text_or_variant(self, values: list[Any], all_none: bool = False) -> pa.Array:
+    def _text_or_variant(self, name: str, values: list[Any], all_none: bool = False) -> pa.Array:
+        if self.layout.variant:
+            chunks = self.chunks[name]
+            return pa.concat_arrays(chunks) if chunks else pa.nulls(0, VARIANT_TYPE)
         n = len(values)
-        if not self.layout.variant:
-            return pa.nulls(n, pa.string()) if all_none else pa.array(values, pa.string())
-        if all_none:
-            return pa.nulls(n, VARIANT_TYPE)
-        mask = [v is None for v in values]
-        pairs = [(b"", b"\x01\x00\x00") if v is None else v for v in values]
-        value, metadata = zip(*pairs, strict=True) if n else ((), ())
-        return pa.StructArray.from_arrays([pa.array(value, pa.binary()), pa.array(metadata, pa.binary())],
-                                          fields=list(VARIANT_TYPE), mask=pa.array(mask, pa.bool_()))
+        return pa.nulls(n, pa.string()) if all_none else pa.array(values, pa.string())
 
     def take(self) -> pa.RecordBatch:
         n = self.rows
@@ -339,10 +372,10 @@ class ColumnBuilder:
             pa.array(self.tag, pa.string()),
             pc.divide(time_ns, 1000).cast(ARROW_SCHEMA.field("time").type),
             time_ns,
-            self._text_or_variant(self.record),
+            self._text_or_variant("record", self.record),
             pa.array(self.source, pa.string()),
-            self._text_or_variant(self.meta, self._meta_all_none),
-            self._text_or_variant(self.option),
+            self._text_or_variant("meta", self.meta, self._meta_all_none),
+            self._text_or_variant("option", self.option),
             pa.nulls(n, pa.binary()) if self._raw_all_none else pa.array(self.raw, pa.binary()),
             pa.repeat(pa.scalar(self.hub, pa.string()), n),
         ]
@@ -350,6 +383,22 @@ class ColumnBuilder:
                                                                                      strict=True)]
         self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _variant_pairs(values: Sequence[tuple[bytes, bytes] | None]) -> pa.Array:
+    """A VARIANT array of (value, metadata) pairs, None a null."""
+    mask = [v is None for v in values]
+    pairs = [(b"", b"\x01\x00\x00") if v is None else v for v in values]
+    value, metadata = zip(*pairs, strict=True) if pairs else ((), ())
+    return pa.StructArray.from_arrays([pa.array(value, pa.binary()), pa.array(metadata, pa.binary())],
+                                      fields=list(VARIANT_TYPE), mask=pa.array(mask, pa.bool_()))
+
+
+def _variant_buffers(n: int, values: bytes, value_offsets: bytes, metadata: bytes, metadata_offsets: bytes) -> pa.Array:
+    """A VARIANT array over the C pass's buffers (no copy)."""
+    value = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)])
+    meta = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(metadata_offsets), pa.py_buffer(metadata)])
+    return pa.StructArray.from_arrays([value, meta], fields=list(VARIANT_TYPE))
 
 
 def _split_items(items: Sequence[Any]) -> tuple[list[int], Sequence[Any], None]:
