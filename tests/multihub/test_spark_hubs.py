@@ -5,43 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from logport.config import Config, StoreConfig
 from logport.hub import Hub
 from logport.store.identity import read_hub_identity
 from tests.conftest import free_port
+from tests.spark.conftest import serving_hub
 from tests.spark.sample import forward_batches, write_bodies
 
 pytestmark = pytest.mark.slow  # Spark jobs
-
-
-@contextmanager
-def hub_at(data_dir: str, port: int | None = None) -> Iterator[tuple[str, asyncio.AbstractEventLoop, Hub]]:
-    """A hub serving only the segment protocol on 127.0.0.1 (a free port unless given)."""
-    config = Config()
-    config.store = StoreConfig(data_dir=data_dir, fsync="never")
-    config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
-    config.metrics.enabled = False
-    config.segment.port = port or free_port()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="hub", daemon=True)
-    thread.start()
-    hub = Hub(config, serve_metrics=False)
-    asyncio.run_coroutine_threadsafe(hub.start(), loop).result(30)
-    try:
-        yield f"127.0.0.1:{config.segment.port}", loop, hub
-    finally:
-        asyncio.run_coroutine_threadsafe(hub.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def append(loop: asyncio.AbstractEventLoop, hub: Hub, segment: str, bodies: list[bytes]) -> None:
@@ -66,7 +41,7 @@ def test_two_hubs_one_source_and_a_hub_that_moves(spark, tmp_path: Path) -> None
         finally:
             query.stop()
 
-    with hub_at(dirs[0]) as (server_a, loop_a, hub_a), hub_at(dirs[1]) as (server_b, loop_b, hub_b):
+    with serving_hub(dirs[0]) as (server_a, loop_a, hub_a), serving_hub(dirs[1]) as (server_b, loop_b, hub_b):
         ids = [read_hub_identity(d) for d in dirs]
         assert ids[0] and ids[1] and ids[0] != ids[1]
         append(loop_a, hub_a, "forward", batches[:4])  # the same segment name on both hubs
@@ -81,7 +56,7 @@ def test_two_hubs_one_source_and_a_hub_that_moves(spark, tmp_path: Path) -> None
     # Hub b comes back at another address, a gets more events; the query, listing the hubs in another
     # order, resumes from its checkpoint: offsets are keyed by identity, not address.
     append_later = batches[6:9]
-    with hub_at(dirs[0]) as (server_a, loop_a, hub_a), hub_at(dirs[1]) as (server_b_moved, loop_b, hub_b):
+    with serving_hub(dirs[0]) as (server_a, loop_a, hub_a), serving_hub(dirs[1]) as (server_b_moved, loop_b, hub_b):
         append(loop_a, hub_a, "forward", append_later)
         append(loop_b, hub_b, "forward", batches[9:])
         stream_once(f"{server_b_moved},{server_a}")
@@ -93,7 +68,7 @@ def test_two_hubs_one_source_and_a_hub_that_moves(spark, tmp_path: Path) -> None
 
 def test_an_unreachable_hub_is_named_after_the_timeout(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     write_bodies(str(tmp_path / "a"), {"forward": forward_batches(1, 3)})
-    with hub_at(str(tmp_path / "a")) as (server_a, _, _):
+    with serving_hub(str(tmp_path / "a")) as (server_a, _, _):
         gone = f"127.0.0.1:{free_port()}"  # nothing listens there
         with pytest.raises(Exception, match=f"hub {gone} did not answer within timeout=1 s"):
             spark.read.format("logport").option("server", f"{server_a},{gone}").option("timeout", "1").load().collect()
@@ -101,7 +76,7 @@ def test_an_unreachable_hub_is_named_after_the_timeout(spark, tmp_path: Path) ->
 
 def test_one_hub_named_twice_is_refused(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     write_bodies(str(tmp_path / "a"), {"forward": forward_batches(1, 3)})
-    with hub_at(str(tmp_path / "a")) as (server_a, _, _):
+    with serving_hub(str(tmp_path / "a")) as (server_a, _, _):
         with pytest.raises(Exception, match=re.escape(f"path '{tmp_path / 'a'}/.' is the same hub")):
             spark.read.format("logport").option("path", f"{tmp_path / 'a'},{tmp_path / 'a'}/.").load().collect()
         with pytest.raises(Exception, match="names a hub twice"):
