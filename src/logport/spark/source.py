@@ -1,7 +1,8 @@
 """The `logport` PySpark data source: batch and streaming reads of stored segments.
 
 A partition is a byte range of one segment that starts and ends on frame
-boundaries; a streaming offset is a JSON map segment -> byte offset with sorted
+boundaries; a streaming offset is a JSON map HUB/SEGMENT -> byte offset (HUB: the
+hub's identity, so several hubs are one source) with sorted
 keys, always on a frame boundary, so a restart from a checkpoint resumes
 exactly where the last committed batch ended.
 """
