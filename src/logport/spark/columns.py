@@ -4,9 +4,10 @@ The values are those `logport cat` prints (logport.eventjson.event_objects):
 `record`, `meta` and `option` are VARIANT (logport.spark.variant) or, with
 option("record", "json"), the same JSON text orjson writes there; an opaque
 (non-batch) event is one row with its bytes in `raw`. The hot loop stays in C
-where it can: a batch's entries are unpacked by one msgpack call and the columns
-are built as whole Arrow arrays. option("fields", "host:string,...") adds typed
-columns of top-level record fields.
+where it can: as VARIANT, one pass of _variant_encode.c turns a batch's entries
+into Arrow buffers; as JSON, they are unpacked by one msgpack call and dumped by
+orjson; the columns are built as whole Arrow arrays. option("fields",
+"host:string,...") adds typed columns of top-level record fields.
 """
 
 from __future__ import annotations
