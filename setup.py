@@ -1,4 +1,4 @@
-"""The C extensions, the per-event loops of two wire protocols; the rest of the metadata is in
+"""The C extensions, the per-event loops of two wire protocols and the Spark source's VARIANT encoder; the rest of the metadata is in
 pyproject.toml: PackedForward's entry scan, the segment protocol's event walk and framing.
 
 They are optional: without a C compiler logport installs all the same and runs those loops in
@@ -10,4 +10,8 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"])
     for name in ("_forward_scan", "_segment_scan")
+] + [
+    # the Spark source's msgpack -> VARIANT encoder (logport/spark/variant.py is its reference)
+    Extension("logport.spark._variant_encode", ["src/logport/spark/_variant_encode.c"], optional=True,
+              extra_compile_args=["-O2"]),
 ])

@@ -204,13 +204,18 @@ def _data_dir(args: argparse.Namespace) -> str:
 def cmd_segments(args: argparse.Namespace) -> int:
     import orjson
 
+    from logport.store.identity import read_hub_identity
     from logport.store.reader import DirectoryReader
 
-    reader = DirectoryReader(_data_dir(args))
+    data_dir = _data_dir(args)
+    reader = DirectoryReader(data_dir)
     rows = [reader.describe(name) for name in reader.segment_names()]
+    hub = read_hub_identity(data_dir)  # the hub's stable identity: made on its first start
     lags = output_lags(_config(args), reader) if args.config else []
     if args.json:
-        for row in rows + lags:
+        for row in rows:
+            sys.stdout.write(orjson.dumps({**row, "hub": hub}).decode() + "\n")
+        for row in lags:
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return 0
     header = ("SEGMENT", "START", "END", "BYTES", "EVENTS", "SEALED")
@@ -222,6 +227,7 @@ def cmd_segments(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
+    print(f"hub {hub or '(none yet: the hub makes its identity on its first start)'}")
     print_output_lags(lags)
     return 0
 

@@ -26,6 +26,7 @@ from logport.reload import update_in_place
 from logport.routing import Router
 from logport.runtime import Runtime, Service
 from logport.store import SegmentStore
+from logport.store.identity import ensure_hub_identity
 from logport.systemd import Notifier
 from logport.tls import check_tls_files
 
@@ -71,6 +72,7 @@ class Hub:
     async def start(self) -> Runtime:
         cfg = self.config
         store = await SegmentStore.open(cfg.store, metrics=self.metrics)
+        ensure_hub_identity(cfg.store.data_dir)  # on the first start; kept for good (logport.store.identity)
         runtime = Runtime(config=cfg, store=store, metrics=self.metrics, router=Router(cfg.routes))
         if cfg.hub.hostname:
             runtime.hostname = cfg.hub.hostname

@@ -73,6 +73,8 @@ MESSAGES: list[tuple[sp.Message, bytes]] = [
     (sp.Authenticate("t0k"), h(70, s(b"t0k"))),
     (sp.Authenticated(), h(71, b"")),
     (sp.AuthenticationFailed("wrong token"), h(72, s(b"wrong token"))),
+    (sp.GetHubInfo(), h(73, b"")),
+    (sp.HubInfo("0d5e0000-0000-4000-8000-000000000000"), h(74, s(b"0d5e0000-0000-4000-8000-000000000000"))),
 ]
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,10 +43,11 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-@pytest.fixture
-def running_hub(tmp_path: Path) -> Iterator[tuple[str, str, asyncio.AbstractEventLoop, Hub]]:
+@contextmanager
+def serving_hub(data_dir: str) -> Iterator[tuple[str, asyncio.AbstractEventLoop, Hub]]:
+    """A hub serving only the segment protocol on 127.0.0.1 at a free port, in a thread of its own."""
     config = Config()
-    config.store = StoreConfig(data_dir=str(tmp_path / "data"), fsync="never")
+    config.store = StoreConfig(data_dir=data_dir, fsync="never")
     config.forward.enabled = config.lumberjack.enabled = config.logjam.enabled = False
     config.metrics.enabled = False
     config.segment.port = free_port()
@@ -55,9 +57,16 @@ def running_hub(tmp_path: Path) -> Iterator[tuple[str, str, asyncio.AbstractEven
     hub = Hub(config, serve_metrics=False)
     asyncio.run_coroutine_threadsafe(hub.start(), loop).result(30)
     try:
-        yield config.store.data_dir, f"127.0.0.1:{config.segment.port}", loop, hub
+        yield f"127.0.0.1:{config.segment.port}", loop, hub
     finally:
         asyncio.run_coroutine_threadsafe(hub.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@pytest.fixture
+def running_hub(tmp_path: Path) -> Iterator[tuple[str, str, asyncio.AbstractEventLoop, Hub]]:
+    data_dir = str(tmp_path / "data")
+    with serving_hub(data_dir) as (server, loop, hub):
+        yield data_dir, server, loop, hub

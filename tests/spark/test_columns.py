@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from logport.batch import encode_batch, event_time, pack_entry
 from logport.eventjson import dumps_event, event_objects
-from logport.spark.columns import ARROW_SCHEMA, frames_to_batches
+from logport.spark.columns import ARROW_SCHEMA, Layout, frames_to_batches
 from tests.spark.sample import build_sample
 
 keys = st.text(max_size=8)
@@ -22,8 +22,11 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.di
 records = st.dictionaries(keys, values, max_size=6)
 
 
+JSON = Layout("json")
+
+
 def rows_of(body: bytes, segment: str = "s", offset: int = 0) -> list[dict]:
-    return [row for rb in frames_to_batches(segment, [(offset, 0, body)]) for row in rb.to_pylist()]
+    return [row for rb in frames_to_batches(segment, [(offset, 0, body)], layout=JSON) for row in rb.to_pylist()]
 
 
 def assert_same_as_cat(body: bytes) -> None:
@@ -85,6 +88,10 @@ def test_mixed_time_forms_decode_as_cat_prints_them(recs, seconds) -> None:  # t
 
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_become_rows_never_errors(body: bytes) -> None:
-    batches = list(frames_to_batches("s", [(0, 0, body), (len(body) + 8, -1, b"writer record")]))
+    stored = [(0, 0, body), (len(body) + 8, -1, b"writer record")]
+    batches = list(frames_to_batches("s", stored, layout=JSON))
     assert all(rb.schema.equals(ARROW_SCHEMA) for rb in batches)
     assert sum(rb.num_rows for rb in batches) == len(list(event_objects("s", 0, body)))
+    variants = list(frames_to_batches("s", stored))
+    assert all(rb.schema.equals(Layout().arrow_schema()) for rb in variants)
+    assert sum(rb.num_rows for rb in variants) == sum(rb.num_rows for rb in batches)

@@ -32,7 +32,7 @@ def numbers(spark, **options: str) -> list[int]:  # type: ignore[no-untyped-def]
     reader = spark.read.format("logport")
     for key, value in options.items():
         reader = reader.option(key, value)
-    return sorted(row.n for row in reader.load().selectExpr("CAST(get_json_object(record, '$.n') AS INT) AS n")
+    return sorted(row.n for row in reader.load().selectExpr("record:n::int AS n")
                   .collect())
 
 

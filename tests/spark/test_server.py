@@ -8,9 +8,11 @@ import random
 
 import pytest
 
+from logport.clients.segment import BlockingSegmentClient
 from logport.spark.segments import ServerSegments, SourceOptionError
 from logport.spark.source import LogportBatchReader
 from logport.store import AppendResult
+from logport.store.reader import DirectoryReader
 from tests.spark.sample import build_sample, forward_batches, layout
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
@@ -29,7 +31,7 @@ def test_server_reads_equal_directory_reads(spark, running_hub) -> None:  # type
     columns = ["segment", "offset", "`index`", "tag", "time_ns", "record", "source", "meta", "option", "raw"]
 
     def rows(**options: str) -> list:  # type: ignore[type-arg]
-        reader = spark.read.format("logport")
+        reader = spark.read.format("logport").option("record", "json")  # comparable rows (VariantVal has no order)
         for key, value in options.items():
             reader = reader.option(key, value)
         return sorted(reader.load().selectExpr(*columns).collect())
@@ -100,3 +102,35 @@ def test_server_offsets_inside_a_frame_are_refused(running_hub) -> None:  # type
         reader = LogportBatchReader({**options, option.lower(): json.dumps({"app": offset})})
         with pytest.raises(SourceOptionError, match=f"{option}: offset {offset} of segment 'app' is not where a frame"):
             reader.partitions()
+
+
+def test_reads_ahead_with_interleaved_replies_and_an_early_stop(running_hub) -> None:  # type: ignore[no-untyped-def]
+    """iter_frames asks for several reads at once; split into many small replies, which the server sends
+    from concurrent read tasks, they still come out as the segment's frames in order."""
+    data_dir, server, loop, hub = running_hub
+    bodies = [bytes([i % 251]) * (100 + 37 * i) for i in range(300)]
+
+    async def store() -> None:
+        for i in range(0, len(bodies), 10):
+            await hub.runtime.store.append("s", bodies[i:i + 10])
+    asyncio.run_coroutine_threadsafe(store(), loop).result(60)
+    hub.config.segment.read_reply_max = 1000  # a 10,000-byte read: about ten replies
+    host, port = server.rsplit(":", 1)
+    start, end, _ = DirectoryReader(data_dir).bounds("s")
+    expected = [(o, t, bytes(b)) for o, t, b in DirectoryReader(data_dir).iter_frames("s", start, end)]
+    with BlockingSegmentClient(host, int(port), read_size=10_000) as client:
+        assert [(o, t, bytes(b)) for o, t, b in client.iter_frames("s", start, end)] == expected
+        assert client.list_segments() == ["s"]  # every reply taken: the connection is in step
+        frames_read = client.iter_frames("s", start, end)
+        next(frames_read)
+        frames_read.close()  # stopped with reads asked for: their replies would follow, so it closes
+        with pytest.raises(OSError):
+            client.list_segments()
+    access = ServerSegments(server)  # which connects again when that happens
+    try:
+        frames_read = access.iter_frames("s", start, end)
+        next(frames_read)
+        frames_read.close()
+        assert access.names() == ["s"]
+    finally:
+        access.close()

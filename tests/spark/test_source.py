@@ -32,7 +32,7 @@ def cat_lines(data_dir: str) -> dict[tuple[str, int, int], tuple[dict, str, byte
 
 
 def read_rows(spark, data_dir: str, **options: str) -> list:  # type: ignore[no-untyped-def]
-    reader = spark.read.format("logport").option("path", data_dir)
+    reader = spark.read.format("logport").option("path", data_dir).option("record", "json")  # `logport cat`'s text
     for key, value in options.items():
         reader = reader.option(key, value)
     df = reader.load()

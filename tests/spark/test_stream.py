@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from logport.store.identity import read_hub_identity
 from tests.spark.sample import build_sample, forward_batches, layout, write_bodies
 
 pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
@@ -68,8 +69,10 @@ def test_restart_from_checkpoint_has_no_duplicate_and_no_gap(spark, tmp_path: Pa
     assert all(p["numInputRows"] <= 20 for p in first + second)
     # Offsets in the checkpoint are sorted JSON maps segment -> byte offset: the first run stopped where
     # the sixth event ends, the second went on from there.
-    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"app":{written.ends[5]}}}'
-    assert second[0]["sources"][0]["startOffset"].replace(" ", "") == f'{{"app":{written.ends[5]}}}'
+    # keyed HUB/SEGMENT by the hub's identity, kept in its data directory
+    key = f"{read_hub_identity(data_dir)}/app"
+    assert first[-1]["sources"][0]["endOffset"].replace(" ", "") == f'{{"{key}":{written.ends[5]}}}'
+    assert second[0]["sources"][0]["startOffset"].replace(" ", "") == f'{{"{key}":{written.ends[5]}}}'
     rows = spark.read.parquet(out).collect()
     keys = keys_of(rows)
     assert len(keys) == len(set(keys)) == 120

@@ -98,6 +98,7 @@ def parse_server(server: str, default_port: int = DEFAULT_PORT) -> tuple[str, in
 
 
 CHECK_READS = 4  # windows BlockingSegmentClient.could_start_frame reads
+READS_AHEAD = 3  # reads BlockingSegmentClient.iter_frames asks for at once
 
 
 class _ReadEnough(Exception):
@@ -148,6 +149,12 @@ class BlockingSegmentClient:
         reply = self._request(sp.ListSegments())
         assert isinstance(reply, sp.SegmentList), reply
         return list(reply.segments)
+
+    def hub_id(self) -> str:
+        """The hub's stable identity (logport.store.identity)."""
+        reply = self._request(sp.GetHubInfo())
+        assert isinstance(reply, sp.HubInfo), reply
+        return reply.hub_id
 
     def info(self, name: str) -> tuple[int, int, bool]:
         """(start offset, end offset, sealed)."""
@@ -213,15 +220,53 @@ class BlockingSegmentClient:
         check_start(name, offset, start, end, self.could_start_frame)
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, memoryview]]:
-        """(offset, type, body) of each whole frame in [start, end); `start` on a frame boundary."""
+        """(offset, type, body) of each whole frame in [start, end); `start` on a frame boundary.
+
+        Up to READS_AHEAD reads are asked for at once, so the server reads the next range while this
+        side cuts the last one into frames. Their replies may interleave (the server answers reads
+        concurrently); each carries its offset, which puts it in place. When a read fails, the frames
+        before the failure come first, then the error; the connection is closed (replies of the reads
+        still asked for would follow).
+        """
         stitch = _FrameStitcher(start)
-        while stitch.read_at < end:
-            data, at_tail, _ = self.read(name, stitch.read_at, min(self.read_size, end - stitch.read_at))
-            if not data:
-                return
-            yield from stitch.feed(data)
-            if at_tail and stitch.read_at < end:
-                return
+        asked: list[tuple[int, int]] = []  # (offset, length) of the reads asked for, in order
+        early: dict[int, sp.SegmentRead] = {}  # replies for a later read, by offset
+        next_at = start
+        try:
+            while stitch.read_at < end:
+                while len(asked) < READS_AHEAD and next_at < end:
+                    length = min(self.read_size, end - next_at)
+                    self._send(sp.ReadSegment(name, next_at, length, 0))
+                    asked.append((next_at, length))
+                    next_at += length
+                offset, length = asked.pop(0)
+                parts: list[bytes] = []
+                got, at_tail = 0, False
+                try:
+                    while got < length and not at_tail:
+                        reply = early.pop(offset + got, None)
+                        if reply is None:
+                            received = self._receive()
+                            if not isinstance(received, sp.SegmentRead) or received.segment != name:
+                                raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
+                            if received.offset != offset + got:
+                                early[received.offset] = received
+                                continue
+                            reply = received
+                        parts.append(reply.data)
+                        got += len(reply.data)
+                        at_tail = reply.at_tail
+                except errors.CorruptData:
+                    yield from stitch.feed(b"".join(parts))  # what came before the corrupt range is sound
+                    raise
+                if not got:
+                    return
+                yield from stitch.feed(parts[0] if len(parts) == 1 else b"".join(parts))
+                if at_tail and stitch.read_at < end:
+                    return
+        finally:
+            if asked or early:  # replies still to come for reads not taken: the connection is out of step
+                self.close()
 
     def create(self, name: str) -> bool:
         reply = self._request(sp.CreateSegment(name))
@@ -719,6 +764,12 @@ class SegmentReader:
         reply = await self._request(sp.GetSegmentInfo(segment))
         assert isinstance(reply, sp.SegmentInfoReply), reply
         return reply.start_offset, reply.end_offset, reply.sealed
+
+    async def hub_id(self) -> str:
+        """The hub's stable identity (logport.store.identity)."""
+        reply = await self._request(sp.GetHubInfo())
+        assert isinstance(reply, sp.HubInfo), reply
+        return reply.hub_id
 
     async def list_segments(self) -> list[str]:
         reply = await self._request(sp.ListSegments())

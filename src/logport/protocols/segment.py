@@ -331,13 +331,28 @@ class AuthenticationFailed(Message):
     message: str
 
 
+# logport's own: the hub's stable identity (logport.store.identity), which names it among several hubs
+
+
+@_message(73)
+@dataclass(frozen=True, slots=True)
+class GetHubInfo(Message):
+    pass
+
+
+@_message(74, ("hub_id", "str"))
+@dataclass(frozen=True, slots=True)
+class HubInfo(Message):
+    hub_id: str
+
+
 BOTH: Final = (PartialMessage, KeepAlive)
 REQUESTS: Final = (Event, ReadSegment, SetupAppend, BeginAppendBlock, EndAppendBlock, CreateSegment,
-                   SealSegment, TruncateSegment, GetSegmentInfo, ListSegments, Authenticate)
+                   SealSegment, TruncateSegment, GetSegmentInfo, ListSegments, Authenticate, GetHubInfo)
 REPLIES: Final = (SegmentRead, AppendSetup, DataAppended, NoSuchSegment, SegmentIsSealed, SegmentIsTruncated,
                   WrongConnectionOffset, MessageTooLarge, InvalidSegmentName, OperationFailed, ProtocolViolation,
                   SegmentCreated, SegmentSealed, SegmentTruncated, SegmentInfoReply, SegmentList, Authenticated,
-                  AuthenticationFailed)
+                  AuthenticationFailed, HubInfo)
 MESSAGE_TYPES: Final[dict[int, type[Message]]] = {cls.TYPE: cls for cls in (*BOTH, *REQUESTS, *REPLIES)}
 ERROR_REPLIES: Final = (NoSuchSegment, SegmentIsSealed, SegmentIsTruncated, WrongConnectionOffset,
                         MessageTooLarge, InvalidSegmentName, OperationFailed, ProtocolViolation,

@@ -28,6 +28,7 @@ from logport.servers._lifecycle import SETTLE_POLL, ReadGate, TcpListener, peer_
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
 from logport.store.files import check_segment_name
+from logport.store.identity import ensure_hub_identity
 
 log = logging.getLogger("logport.segment")
 
@@ -88,6 +89,7 @@ class SegmentServer(TcpListener):
         self.config: SegmentServerConfig = runtime.config.segment
         self.store: SegmentStore = runtime.store
         self.metrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics.create(runtime))
+        self.hub_id = ensure_hub_identity(runtime.config.store.data_dir)  # answers GetHubInfo
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.receive_pool = ReceivePool(self.config.receive_pool_bytes)
@@ -405,6 +407,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
                 self._info(request.segment)
             elif isinstance(request, sp.ListSegments):
                 self.reply(sp.SegmentList(tuple(self.store.names())))
+            elif isinstance(request, sp.GetHubInfo):
+                self.reply(sp.HubInfo(self.server.hub_id))
             elif isinstance(request, sp.CreateSegment | sp.SealSegment | sp.TruncateSegment):
                 await self._manage(request)
             else:  # the sans-IO layer lets through only requests; this is a bug if reached

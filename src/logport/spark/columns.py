@@ -1,17 +1,24 @@
 """Stored frames -> Arrow record batches with the columns of the `logport` Spark source.
 
 The values are those `logport cat` prints (logport.eventjson.event_objects):
-`record`, `meta` and `option` are the same JSON text orjson writes there, and an
-opaque (non-batch) event is one row with its bytes in `raw`. The hot loop stays
-in C: a batch's entries are unpacked by one msgpack call, records are turned
-into JSON by orjson via map(), and the columns are built as whole Arrow arrays.
+`record`, `meta` and `option` are VARIANT (logport.spark.variant) or, with
+option("record", "json"), the same JSON text orjson writes there; an opaque
+(non-batch) event is one row with its bytes in `raw`. The hot loop stays in C
+where it can: as VARIANT, one pass of _variant_encode.c turns a batch's entries
+into Arrow buffers; as JSON, they are unpacked by one msgpack call and dumped by
+orjson; the columns are built as whole Arrow arrays. option("fields",
+"host:string,...") adds typed columns of top-level record fields.
 """
 
 from __future__ import annotations
 
+import array
 import functools
+import logging
+import re
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -20,8 +27,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logport.batch import BatchDecodeError, decode_batch, ext_hook, iter_entries
+from logport.errors import LogportError
 from logport.eventjson import json_default
+from logport.spark.variant import VARIANT_TYPE, VariantEncoder, VariantTooLarge, record_msgpack
 from logport.store import frames
+
+try:  # the C pass (setup.py builds it; without a compiler the Python path does the same, slower)
+    from logport.spark._variant_encode import encode_entries
+except ImportError:  # pragma: no cover
+    encode_entries = None
+
+log = logging.getLogger("logport.spark")
 
 ARROW_SCHEMA = pa.schema([
     ("segment", pa.string()),
@@ -35,13 +51,126 @@ ARROW_SCHEMA = pa.schema([
     ("meta", pa.string()),
     ("option", pa.string()),
     ("raw", pa.binary()),
+    ("hub", pa.string()),
 ])
 
 # The same schema for Spark (DDL); its Arrow form (UTC timestamps) is ARROW_SCHEMA.
 SPARK_SCHEMA = (
     "segment string, offset bigint, index int, tag string, time timestamp, time_ns bigint, "
-    "record string, source string, meta string, option string, raw binary"
+    "record string, source string, meta string, option string, raw binary, hub string"
 )
+
+RECORD_FORMATS = ("variant", "json")
+# The types option("fields") extracts a top-level record field as: Spark's name -> Arrow type.
+FIELD_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(), "double": pa.float64(), "bigint": pa.int64(), "long": pa.int64(),
+    "int": pa.int32(), "boolean": pa.bool_(),
+}
+_SPARK_FIELD_TYPES = {"long": "bigint"}
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class LayoutOptionError(LogportError):
+    """option("record") or option("fields") of the `logport` source is malformed."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The source's columns for a set of options: record/meta/option as VARIANT or JSON text, typed fields."""
+
+    record: str = "variant"
+    fields: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> Layout:
+        record = (options.get("record") or "variant").strip().lower()
+        if record not in RECORD_FORMATS:
+            raise LayoutOptionError(f"option record={options.get('record')!r} is not one of {', '.join(RECORD_FORMATS)}")
+        fields: list[tuple[str, str]] = []
+        for item in (options.get("fields") or "").split(","):
+            if not item.strip():
+                continue
+            name, _, kind = (part.strip() for part in item.partition(":"))
+            kind = kind.lower()
+            if not _FIELD_NAME.match(name) or kind not in FIELD_TYPES:
+                raise LayoutOptionError(f"option fields: {item.strip()!r} is not NAME:TYPE with a top-level field "
+                                        f"name and a type of {', '.join(FIELD_TYPES)}")
+            if name.lower() in {n.lower() for n in ARROW_SCHEMA.names} | {n.lower() for n, _ in fields}:
+                raise LayoutOptionError(f"option fields: {name!r} is already a column")
+            fields.append((name, kind))
+        return cls(record, tuple(fields))
+
+    @property
+    def variant(self) -> bool:
+        return self.record == "variant"
+
+    def arrow_schema(self) -> pa.Schema:
+        schema = ARROW_SCHEMA
+        if self.variant:
+            for name in ("record", "meta", "option"):
+                schema = schema.set(schema.get_field_index(name), pa.field(name, VARIANT_TYPE))
+        for name, kind in self.fields:
+            schema = schema.append(pa.field(name, FIELD_TYPES[kind]))
+        return schema
+
+    def spark_schema(self) -> str:
+        ddl = SPARK_SCHEMA
+        if self.variant:
+            for name in ("record", "meta", "option"):
+                ddl = ddl.replace(f"{name} string", f"{name} variant")
+        return ddl + "".join(f", {name} {_SPARK_FIELD_TYPES.get(kind, kind)}" for name, kind in self.fields)
+
+
+def _as_string(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return dumps_record(value).decode()
+
+
+def _as_double(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _as_integer(bits: int) -> Callable[[Any], int | None]:
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def convert(value: Any) -> int | None:
+        if isinstance(value, bool) or value is None:
+            return None
+        if isinstance(value, float):
+            value = int(value) if value.is_integer() else None
+        elif isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                return None
+        return value if isinstance(value, int) and lo <= value <= hi else None
+
+    return convert
+
+
+def _as_boolean(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
+# As try_variant_get casts: a value of another type that converts exactly, else null.
+FIELD_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "string": _as_string, "double": _as_double, "bigint": _as_integer(64), "long": _as_integer(64),
+    "int": _as_integer(32), "boolean": _as_boolean,
+}
 
 ROWS_PER_BATCH = 8192  # smaller batches measured faster end to end (JVM side) than 32k
 _NANOS = 1_000_000_000
@@ -96,8 +225,12 @@ def _codec_entries(entries: bytes) -> tuple[list[int], list[Any], list[Any] | No
 class ColumnBuilder:
     """Collects the rows of one segment's frames; `take()` returns them as an Arrow RecordBatch."""
 
-    def __init__(self, segment: str) -> None:
+    def __init__(self, segment: str, layout: Layout | None = None, hub: str | None = None) -> None:
         self.segment = segment
+        self.hub = hub
+        self.layout = layout or Layout()
+        self.schema = self.layout.arrow_schema()
+        self._encoder = VariantEncoder()
         self._clear()
 
     def _clear(self) -> None:
@@ -106,11 +239,14 @@ class ColumnBuilder:
         self.index: list[int] = []
         self.tag: list[str | None] = []
         self.time_ns: list[int | None] = []
-        self.record: list[bytes | None] = []
+        # JSON text; as VARIANT, the three columns are kept as Arrow arrays of a frame's rows each
+        self.record: list[Any] = []
         self.source: list[str | None] = []
-        self.meta: list[bytes | None] = []
-        self.option: list[bytes | None] = []
+        self.meta: list[Any] = []
+        self.option: list[Any] = []
+        self.chunks: dict[str, list[pa.Array]] = {"record": [], "meta": [], "option": []}
         self.raw: list[bytes | None] = []
+        self.fields: list[list[Any]] = [[] for _ in self.layout.fields]
         self._meta_all_none = True
         self._raw_all_none = True
 
@@ -121,16 +257,23 @@ class ColumnBuilder:
         except BatchDecodeError:
             self._add_opaque(offset, body)
             return 1
+        variant = self.layout.variant
+        if variant and not self.layout.fields and encode_entries is not None:
+            encoded = encode_entries(batch.entries)  # the C pass: None when the Python path must decide
+            if encoded is not None:
+                return self._add_encoded(offset, batch.tag, batch.option, encoded)
         try:
             times, records, metas = _split_items(_unpack_entries(batch.entries, batch.size))
-            jsons = list(map(dumps_record, records))
-        except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
+            values: list[Any] = self._variants(records) if variant else list(map(dumps_record, records))
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as e:
+            if isinstance(e, VariantTooLarge):
+                raise
             try:
                 times, records, metas = _codec_entries(batch.entries)
             except BatchDecodeError:  # as `logport cat`: a batch whose entries do not decode is opaque
                 self._add_opaque(offset, body)
                 return 1
-            jsons = list(map(dumps_json, records))
+            values = self._variants(records) if variant else list(map(dumps_json, records))
         n = len(records)
         if n == 0:
             return 0
@@ -139,26 +282,86 @@ class ColumnBuilder:
         self.index.extend(range(n))
         self.tag.extend([batch.tag] * n)
         self.time_ns.extend(times)
-        self.record.extend(jsons)
         self.source.extend([source if isinstance(source, str) else None] * n)
-        self.option.extend([dumps_json(batch.option)] * n)
-        if metas is None:
-            self.meta.extend([None] * n)
+        raw: list[bytes | None] = [None] * n
+        for i, value in enumerate(values):
+            if value is None:  # too large for a VARIANT: its msgpack bytes in `raw`, as an opaque event's
+                raw[i] = record_msgpack(records[i])
+                self._raw_all_none = False
+        self.raw.extend(raw)
+        if variant:
+            self.chunks["record"].append(_variant_pairs(values))
+            self.chunks["option"].append(self._repeated_variant(batch.option, n))
+            self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE) if metas is None else _variant_pairs(
+                [self._encoder.encode(m) if m else None for m in metas]))
         else:
-            self.meta.extend(dumps_json(m) if m else None for m in metas)
-            self._meta_all_none = False
-        self.raw.extend([None] * n)
+            self.record.extend(values)
+            self.option.extend([dumps_json(batch.option)] * n)
+            if metas is None:
+                self.meta.extend([None] * n)
+            else:
+                self.meta.extend(dumps_json(m) if m else None for m in metas)
+                self._meta_all_none = False
+        for column, (name, kind) in zip(self.fields, self.layout.fields, strict=True):
+            convert = FIELD_CONVERTERS[kind]
+            column.extend(convert(r.get(name)) if isinstance(r, dict) else None for r in records)
         self.rows += n
         return n
+
+    def _add_encoded(self, offset: int, tag: str, option: dict[str, Any], encoded: tuple[Any, ...]) -> int:
+        """The rows of a frame whose entries the C pass turned into VARIANT column buffers."""
+        n, times, values, value_offsets, metadata, metadata_offsets = encoded
+        if n == 0:
+            return 0
+        source = option.get("source")
+        self.offset.extend([offset] * n)
+        self.index.extend(range(n))
+        self.tag.extend([tag] * n)
+        self.time_ns.extend(array.array("q", times))
+        self.source.extend([source if isinstance(source, str) else None] * n)
+        self.raw.extend([None] * n)
+        self.chunks["record"].append(_variant_buffers(n, values, value_offsets, metadata, metadata_offsets))
+        self.chunks["option"].append(self._repeated_variant(option, n))
+        self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE))
+        self.rows += n
+        return int(n)
+
+    def _repeated_variant(self, value: Any, n: int) -> pa.Array:
+        """A frame's option, the same on each of its n rows (small: Spark's limit cannot be reached)."""
+        encoded, metadata = self._encoder.encode(value)
+        return pa.repeat(pa.scalar({"value": encoded, "metadata": metadata}, type=VARIANT_TYPE), n)
+
+    def _variants(self, records: Sequence[Any]) -> list[tuple[bytes, bytes] | None]:
+        """Each record's (value, metadata); None for one Spark would refuse as too large."""
+        encode = self._encoder.encode
+        out: list[tuple[bytes, bytes] | None] = []
+        for record in records:
+            try:
+                out.append(encode(record))
+            except VariantTooLarge as e:
+                log.warning("segment %s: a record is kept as msgpack in `raw`, not as `record`: %s", self.segment, e)
+                out.append(None)
+        return out
 
     def _add_opaque(self, offset: int, body: bytes | memoryview) -> None:
         self.offset.append(offset)
         self.index.append(0)
-        for column in (self.tag, self.time_ns, self.record, self.source, self.meta, self.option):
+        columns: list[list[Any]] = [self.tag, self.time_ns, self.record, self.source, self.meta, self.option,
+                                    *self.fields]
+        for column in columns:
             column.append(None)
+        for chunks in self.chunks.values():
+            chunks.append(pa.nulls(1, VARIANT_TYPE))
         self.raw.append(bytes(body))
         self._raw_all_none = False
         self.rows += 1
+
+    def _text_or_variant(self, name: str, values: list[Any], all_none: bool = False) -> pa.Array:
+        if self.layout.variant:
+            chunks = self.chunks[name]
+            return pa.concat_arrays(chunks) if chunks else pa.nulls(0, VARIANT_TYPE)
+        n = len(values)
+        return pa.nulls(n, pa.string()) if all_none else pa.array(values, pa.string())
 
     def take(self) -> pa.RecordBatch:
         n = self.rows
@@ -170,14 +373,33 @@ class ColumnBuilder:
             pa.array(self.tag, pa.string()),
             pc.divide(time_ns, 1000).cast(ARROW_SCHEMA.field("time").type),
             time_ns,
-            pa.array(self.record, pa.string()),
+            self._text_or_variant("record", self.record),
             pa.array(self.source, pa.string()),
-            pa.nulls(n, pa.string()) if self._meta_all_none else pa.array(self.meta, pa.string()),
-            pa.array(self.option, pa.string()),
+            self._text_or_variant("meta", self.meta, self._meta_all_none),
+            self._text_or_variant("option", self.option),
             pa.nulls(n, pa.binary()) if self._raw_all_none else pa.array(self.raw, pa.binary()),
+            pa.repeat(pa.scalar(self.hub, pa.string()), n),
         ]
+        columns += [pa.array(values, FIELD_TYPES[kind]) for values, (_, kind) in zip(self.fields, self.layout.fields,
+                                                                                     strict=True)]
         self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _variant_pairs(values: Sequence[tuple[bytes, bytes] | None]) -> pa.Array:
+    """A VARIANT array of (value, metadata) pairs, None a null."""
+    mask = [v is None for v in values]
+    pairs = [(b"", b"\x01\x00\x00") if v is None else v for v in values]
+    value, metadata = zip(*pairs, strict=True) if pairs else ((), ())
+    return pa.StructArray.from_arrays([pa.array(value, pa.binary()), pa.array(metadata, pa.binary())],
+                                      fields=list(VARIANT_TYPE), mask=pa.array(mask, pa.bool_()))
+
+
+def _variant_buffers(n: int, values: bytes, value_offsets: bytes, metadata: bytes, metadata_offsets: bytes) -> pa.Array:
+    """A VARIANT array over the C pass's buffers (no copy)."""
+    value = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)])
+    meta = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(metadata_offsets), pa.py_buffer(metadata)])
+    return pa.StructArray.from_arrays([value, meta], fields=list(VARIANT_TYPE))
 
 
 def _split_items(items: Sequence[Any]) -> tuple[list[int], Sequence[Any], None]:
@@ -193,9 +415,10 @@ def _split_items(items: Sequence[Any]) -> tuple[list[int], Sequence[Any], None]:
 
 
 def frames_to_batches(segment: str, stored: Iterable[tuple[int, int, bytes | memoryview]],
-                      rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
+                      rows_per_batch: int = ROWS_PER_BATCH, layout: Layout | None = None,
+                      hub: str | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of the Event frames in `stored` ((offset, type, body) triples of one segment)."""
-    builder = ColumnBuilder(segment)
+    builder = ColumnBuilder(segment, layout, hub)
     for offset, frame_type, body in stored:
         if frame_type != frames.EVENT:
             continue

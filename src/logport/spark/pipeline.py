@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from logport.errors import LogportError
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -32,6 +34,9 @@ APDEX_HAPPY_MS, APDEX_SATISFIED_MS, APDEX_TOLERATING_MS = 100.0, 500.0, 2000.0
 SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
 SOURCES = ["forward", "lumberjack", "logjam"]
 OUTPUTS = ["traffic", "requests", "app_minutes", "exceptions"]
+# Written only when asked for (--outputs events): every event, so the hubs' retention can be short.
+EXTRA_OUTPUTS = ["events"]
+PARTITIONS = {"events": ["date", "segment"]}  # the others: by date
 LOOPBACK = "127.0.0.1"  # where a local Spark listens (driver, block manager, UI)
 
 
@@ -41,8 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batch (default) or stream (the same as --stream)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--data-dir", help="read this data directory")
-    where.add_argument("--server", help="read a running hub over the segment protocol (HOST:PORT)")
+    where.add_argument("--server", action="append",
+                       help="read running hubs over the segment protocol: HOST:PORT, repeated or comma-separated "
+                            "(several hubs as one source)")
     p.add_argument("--segments", help="segment names or globs, comma-separated (default: all)")
+    p.add_argument("--timeout", type=float,
+                   help="with --server: seconds a hub that does not answer is tried again before the run fails "
+                        "naming it (the source's timeout, default 10)")
     p.add_argument("--out", default="pipeline-out", help="output directory: Parquet tables + report.html")
     p.add_argument("--report", help="HTML report path (default: OUT/report.html)")
     p.add_argument("--stream", action="store_true", help="run as a streaming query with a checkpoint")
@@ -57,7 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-bytes-per-trigger", type=int, help="with --stream: admission control per micro-batch")
     p.add_argument("--partition-bytes", type=int, help="bytes of a segment per Spark partition")
     p.add_argument("--outputs", default=",".join(OUTPUTS),
-                   help="tables to compute, comma-separated (default: all of " + ", ".join(OUTPUTS) + ")")
+                   help="tables to compute, comma-separated (default: all of " + ", ".join(OUTPUTS) + "; also: "
+                        + ", ".join(EXTRA_OUTPUTS) + ", every event with its record as VARIANT)")
+    p.add_argument("--record", choices=["variant", "json"], default="variant",
+                   help="how the source hands records over: VARIANT (default) or JSON text (the statistics are the same)")
     p.add_argument("--top-exceptions", type=int, default=20, help="exceptions listed in the report")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--spark-ui", action="store_true",
@@ -149,10 +162,20 @@ def on_loopback(builder: SparkSession.Builder, ui: bool) -> SparkSession.Builder
     return builder.config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
 
 
+def servers(args: argparse.Namespace) -> list[str]:
+    """--server's hubs: each occurrence may list several, comma-separated."""
+    value = args.server
+    items = [value] if isinstance(value, str) else (value or [])
+    return [s.strip() for item in items for s in item.split(",") if s.strip()]
+
+
 def source_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {"path": args.data_dir} if args.data_dir else {"server": args.server}
+    options = {"path": args.data_dir} if args.data_dir else {"server": ",".join(servers(args))}
     if args.segments:
         options["segments"] = args.segments
+    options["record"] = getattr(args, "record", "variant")
+    if getattr(args, "timeout", None):
+        options["timeout"] = str(args.timeout)
     if args.partition_bytes:
         options["partitionBytes"] = str(args.partition_bytes)
     if args.stream and args.max_bytes_per_trigger:
@@ -177,7 +200,8 @@ def traffic(events: DataFrame) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    size = F.coalesce(F.octet_length("record"), F.octet_length("raw"), F.lit(0))
+    text = F.to_json("record") if _is_variant(events, "record") else F.col("record")
+    size = F.coalesce(F.octet_length(text), F.octet_length("raw"), F.lit(0))
     per_source = [F.sum(F.when(F.col("source") == s, 1).otherwise(0)).alias(f"{s}_events") for s in SOURCES]
     counts = [F.count(F.lit(1)).alias("events"), F.sum(size).alias("bytes"), *per_source,
               F.sum(F.when(F.col("raw").isNotNull(), 1).otherwise(0)).alias("opaque_events")]
@@ -198,8 +222,16 @@ def _finish(df: DataFrame) -> DataFrame:
             .withColumn("date", F.date_format("minute", "yyyy-MM-dd")))
 
 
+def _is_variant(df: DataFrame, column: str) -> bool:
+    return dict(df.dtypes).get(column) == "variant"
+
+
 def requests(events: DataFrame) -> DataFrame:
-    """Logjam requests, one row each: records with `action` on a logs.* topic or tag, or with `action` and `total_time`."""
+    """Logjam requests, one row each: records with `action` on a logs.* topic or tag, or with `action` and `total_time`.
+
+    Read from the record's paths as VARIANT (the source's default: no JSON parsing, no schema) or, for a
+    record given as JSON text, with from_json and the same fields' schema.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.types import (
         ArrayType,
@@ -214,14 +246,21 @@ def requests(events: DataFrame) -> DataFrame:
               StructField("severity", LongType()), StructField("exceptions", ArrayType(StringType())),
               StructField("app", StringType()), StructField("env", StringType())]
     fields += [StructField(m, DoubleType()) for m in TIME_METRICS]
-    parsed = events.where(F.col("record").isNotNull()).withColumn(
-        "r", F.from_json("record", StructType(fields), {"mode": "PERMISSIVE"}))
+    events = events.where(F.col("record").isNotNull())
+    if _is_variant(events, "record"):
+        parsed = events.withColumn("r", F.struct(*[
+            F.try_variant_get("record", f"$.{f.name}", f.dataType.simpleString()).alias(f.name) for f in fields]))
+        topic = F.try_variant_get("option", "$.topic", "string")
+        option_app_env = F.try_variant_get("option", "$.app_env", "string")
+    else:
+        parsed = events.withColumn("r", F.from_json("record", StructType(fields), {"mode": "PERMISSIVE"}))
+        topic = F.get_json_object("option", "$.topic")
+        option_app_env = F.get_json_object("option", "$.app_env")
     # The logjam listener keeps the topic (logs.<app>.<env> for requests) in the option and tags the batch
     # logjam.<app-env>.<topic>; a logs.* tag is what other shippers of logjam requests may use.
-    topic = F.get_json_object("option", "$.topic")
     is_request = F.col("r.action").isNotNull() & (
         topic.startswith("logs.") | F.col("tag").startswith("logs.") | F.col("r.total_time").isNotNull())
-    app_env = F.coalesce(F.get_json_object("option", "$.app_env"),
+    app_env = F.coalesce(option_app_env,
                          F.when(F.col("r.app").isNotNull(), F.concat_ws("-", "r.app", "r.env")),
                          F.col("tag"))
     return parsed.where(is_request).select(
@@ -298,19 +337,28 @@ def exception_counts(reqs: DataFrame) -> DataFrame:
     return _finish(out)
 
 
+def event_rows(events: DataFrame) -> DataFrame:
+    """Every event as the source reads it (record as VARIANT), with its date (yyyy-MM-dd, UTC) to partition
+    by; opaque events have none (date=__HIVE_DEFAULT_PARTITION__)."""
+    from pyspark.sql import functions as F
+
+    return events.withColumn("date", F.date_format("time", "yyyy-MM-dd"))
+
+
 def statistics(events: DataFrame, outputs: list[str] = OUTPUTS) -> dict[str, DataFrame]:
     """The output tables by name (the lazy DataFrames; nothing runs yet)."""
     reqs = requests(events)
     build = {"traffic": lambda: traffic(events), "requests": lambda: request_stats(reqs),
-             "app_minutes": lambda: app_minute_stats(reqs), "exceptions": lambda: exception_counts(reqs)}
+             "app_minutes": lambda: app_minute_stats(reqs), "exceptions": lambda: exception_counts(reqs),
+             "events": lambda: event_rows(events)}
     return {name: build[name]() for name in outputs}
 
 
 def output_names(spec: str) -> list[str]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(OUTPUTS))
+    unknown = sorted(set(names) - set(OUTPUTS) - set(EXTRA_OUTPUTS))
     if unknown or not names:
-        raise SystemExit(f"logport pipeline: --outputs {spec!r}: choose from {', '.join(OUTPUTS)}")
+        raise SystemExit(f"logport pipeline: --outputs {spec!r}: choose from {', '.join(OUTPUTS + EXTRA_OUTPUTS)}")
     return names
 
 
@@ -415,7 +463,7 @@ def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress
         progress.say(f"read {counts['rows']} rows from {counts['batches']} stored batches")
         written = {"events": int(counts["rows"])}
         for name, df in statistics(events, output_names(args.outputs)).items():
-            df.write.mode("overwrite").partitionBy("date").parquet(str(out / name))
+            df.write.mode("overwrite").partitionBy(*PARTITIONS.get(name, ["date"])).parquet(str(out / name))
             progress.say(f"wrote {out / name}")
         events.unpersist()
     finally:
@@ -429,7 +477,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
     checkpoint = Path(args.checkpoint) if args.checkpoint else out / "_checkpoints"
     queries = []
     for name, df in statistics(events, output_names(args.outputs)).items():
-        writer = (df.writeStream.format("parquet").outputMode("append").partitionBy("date")
+        writer = (df.writeStream.format("parquet").outputMode("append").partitionBy(*PARTITIONS.get(name, ["date"]))
                   .option("path", str(out / name)).option("checkpointLocation", str(checkpoint / name))
                   .queryName(f"logport_{name}"))
         writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(
@@ -472,7 +520,21 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
         done = [p for p in q.recentProgress if p["numInputRows"]]
         written[q.name] = rows = sum(p["numInputRows"] for p in done)
         progress.say(f"{q.name}: {len(done)} batches, {rows} rows read")
+    failed = [(q.name, q.exception()) for q in queries if q.exception() is not None]
+    if failed:  # a query that stopped on an error: the run failed (its checkpoint keeps the position)
+        raise QueryFailed("; ".join(f"{name}: {_first_lines(str(e))}" for name, e in failed))
     return written
+
+
+class QueryFailed(LogportError):
+    """A streaming query of `logport pipeline` stopped on an error; a rerun resumes from its checkpoint."""
+
+
+def _first_lines(text: str, limit: int = 2000) -> str:
+    """A Spark error with its Python traceback: the lines that say what happened (the last of the traceback)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith((" ", "\t", "Traceback", "JVM stacktrace"))]
+    return " | ".join(said)[:limit]
 
 
 def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> dict[str, list[dict[str, Any]]]:
@@ -527,13 +589,14 @@ def main(args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("WARN")
     progress = Progress(args.quiet)
     mode = "streaming" if args.stream else "batch"
-    progress.say(f"{mode} run over {args.data_dir or args.server}, output in {out}")
+    where = args.data_dir or ", ".join(servers(args))
+    progress.say(f"{mode} run over {where}, output in {out}")
     if spark.sparkContext.uiWebUrl:
         progress.say(f"Spark UI: {spark.sparkContext.uiWebUrl}")
     written = run_stream(spark, args, out, progress) if args.stream else run_batch(spark, args, out, progress)
     report = Path(args.report) if args.report else out / "report.html"
     write_report(report, collect_for_report(spark, out, args.top_exceptions),
-                 title=f"logport pipeline: {args.data_dir or args.server}", written=written)
+                 title=f"logport pipeline: {where}", written=written)
     progress.say(f"report: {report}")
     return 0
 

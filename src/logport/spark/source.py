@@ -1,7 +1,8 @@
 """The `logport` PySpark data source: batch and streaming reads of stored segments.
 
 A partition is a byte range of one segment that starts and ends on frame
-boundaries; a streaming offset is a JSON map segment -> byte offset with sorted
+boundaries; a streaming offset is a JSON map HUB/SEGMENT -> byte offset (HUB: the
+hub's identity, so several hubs are one source) with sorted
 keys, always on a frame boundary, so a restart from a checkpoint resumes
 exactly where the last committed batch ended.
 """
@@ -31,8 +32,18 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from logport.errors import CorruptData, OffsetTruncated
-from logport.spark.columns import ROWS_PER_BATCH, SPARK_SCHEMA, frames_to_batches
-from logport.spark.segments import SegmentAccess, SourceOptionError, open_segments, select_segments
+from logport.spark.columns import ROWS_PER_BATCH, Layout, frames_to_batches
+from logport.spark.segments import (
+    HubLocation,
+    HubsSegments,
+    SegmentAccess,
+    SourceOptionError,
+    hub_key,
+    open_hub,
+    open_segments,
+    select_segments,
+    split_key,
+)
 from logport.store import frames
 from logport.store.reader import count_events
 
@@ -47,11 +58,12 @@ Offsets = dict[str, int]
 
 @dataclass(frozen=True)
 class SegmentRange(InputPartition):
-    """Bytes [start, end) of one segment; both on frame boundaries."""
+    """Bytes [start, end) of one hub's segment (`segment` is HUB/SEGMENT); both on frame boundaries."""
 
     segment: str
     start: int
     end: int
+    location: HubLocation
 
 
 def _is_record(frame_type: int) -> bool:
@@ -103,10 +115,10 @@ class SegmentPlanner:
         self.patterns = options.get("segments")
         self.partition_bytes = _int_option(options, "partitionbytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
-        self._access: SegmentAccess | None = None
+        self._access: HubsSegments | None = None
 
     @property
-    def access(self) -> SegmentAccess:
+    def access(self) -> HubsSegments:
         if self._access is None:
             self._access = open_segments(self.options)
         return self._access
@@ -149,8 +161,8 @@ class SegmentPlanner:
         out: Offsets = {}
         for name in names:
             lo, hi, _ = self.access.bounds(name)
-            if isinstance(spec, dict):
-                value = spec.get(name, LATEST if ending else EARLIEST)
+            if isinstance(spec, dict):  # HUB/SEGMENT, else SEGMENT (on every hub)
+                value = spec.get(name, spec.get(split_key(name)[1], LATEST if ending else EARLIEST))
             else:
                 value = EARLIEST if spec == "earliest" else LATEST
             if value == EARLIEST:
@@ -158,12 +170,14 @@ class SegmentPlanner:
             elif value == LATEST:
                 out[name] = self.complete_end(name, lo)
             else:
+                hub, segment = split_key(name)
                 if value > hi:
-                    raise SourceOptionError(f"option {option}: offset {value} of segment {name!r} is beyond its "
-                                            f"end {hi}")
+                    raise SourceOptionError(f"option {option}: offset {value} of segment {segment!r} is beyond its "
+                                            f"end {hi} (hub {hub})")
                 if value >= lo and not self.access.could_start_frame(name, value):
-                    raise SourceOptionError(f"option {option}: offset {value} of segment {name!r} is not where a "
-                                            f"frame starts (use an offset column value, {EARLIEST} or {LATEST})")
+                    raise SourceOptionError(f"option {option}: offset {value} of segment {segment!r} is not where a "
+                                            f"frame starts (hub {hub}; use an offset column value, {EARLIEST} or "
+                                            f"{LATEST})")
                 out[name] = value
         return _sorted(out)
 
@@ -176,22 +190,38 @@ class SegmentPlanner:
             return lo
         return start
 
+    def keyed(self, offsets: Offsets) -> Offsets:
+        """Offsets with HUB/SEGMENT keys; a checkpoint from before hub identities (SEGMENT keys) is one
+        hub's, and resumes when the source reads one hub."""
+        bare = sorted(key for key in offsets if "/" not in key)
+        if not bare:
+            return offsets
+        hubs = sorted(self.access.hubs)
+        if len(hubs) != 1:
+            raise SourceOptionError(f"offsets keyed by segment alone ({', '.join(bare)}: a checkpoint from before "
+                                    f"hub identities) cannot say which of {len(hubs)} hubs they belong to; read "
+                                    "that one hub, or start a new checkpoint")
+        return _sorted({key if "/" in key else hub_key(hubs[0], key): value for key, value in offsets.items()})
+
+    def _range(self, name: str, start: int, end: int) -> SegmentRange:
+        return SegmentRange(name, start, end, self.access.location(split_key(name)[0]))
+
     def split(self, name: str, start: int, end: int) -> list[SegmentRange]:
         """[start, end) cut on frame boundaries into ranges of about partitionBytes."""
         if end <= start:
             return []
         if end - start <= self.partition_bytes:
-            return [SegmentRange(name, start, end)]
+            return [self._range(name, start, end)]
         ranges = []
         cut = start
         for offset, frame_type, length in self.access.frame_headers(name, start, end):
             stop = offset + frames.HEADER_SIZE + length
             # Never right after one of the store's records: it goes with the frames after it (see _advance).
             if not _is_record(frame_type) and stop - cut >= self.partition_bytes:
-                ranges.append(SegmentRange(name, cut, stop))
+                ranges.append(self._range(name, cut, stop))
                 cut = stop
         if cut < end:
-            ranges.append(SegmentRange(name, cut, end))
+            ranges.append(self._range(name, cut, end))
         return ranges
 
     def ranges(self, start: Offsets, end: Offsets) -> list[SegmentRange]:
@@ -203,24 +233,25 @@ class SegmentPlanner:
 
 
 def read_range(options: dict[str, str], partition: SegmentRange) -> Iterator[pa.RecordBatch]:
-    """The rows of one partition (runs in a task: opens its own access)."""
-    access = open_segments(options)
+    """The rows of one partition (runs in a task: opens its own access, to the partition's hub only)."""
+    hub, segment = split_key(partition.segment)
+    access = open_hub(partition.location, hub, options)
     try:
         rows = _int_option(options, "rowsperbatch", ROWS_PER_BATCH) or ROWS_PER_BATCH
-        frames_in_range = _frames_past_corruption(access, partition, options.get("failondataloss", "true"))
-        yield from frames_to_batches(partition.segment, frames_in_range, rows)
+        frames_in_range = _frames_past_corruption(access, segment, partition, options.get("failondataloss", "true"))
+        yield from frames_to_batches(segment, frames_in_range, rows, Layout.from_options(options), hub=hub)
     finally:
         access.close()
 
 
-def _frames_past_corruption(access: SegmentAccess, partition: SegmentRange,
+def _frames_past_corruption(access: SegmentAccess, segment: str, partition: SegmentRange,
                             fail_on_data_loss: str) -> Iterator[tuple[int, int, bytes | memoryview]]:
     """The partition's frames; a corrupt range (format v2's checksums) fails the task, or, with
     failOnDataLoss=false, is skipped with a warning: it ends on a commit group's boundary, a frame's."""
     start = partition.start
     while True:
         try:
-            for frame in access.iter_frames(partition.segment, start, partition.end):
+            for frame in access.iter_frames(segment, start, partition.end):
                 start = frame[0] + 8 + len(frame[2])
                 yield frame
             return
@@ -299,6 +330,7 @@ class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return resume, until
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
+        start = self.planner.keyed(start)
         resume, until = self._available(start)
         end: Offsets = dict(start)
         end.update(resume)
@@ -367,6 +399,7 @@ class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[SegmentRange]:  # type: ignore[type-arg, override]
         # Retention may have removed bytes below a checkpointed start since: fail, or skip them.
+        start, end = self.planner.keyed(start), self.planner.keyed(end)
         resume = {name: self.planner.check_start(name, value) for name, value in start.items() if name in end}
         return self.planner.ranges(resume, end)
 
@@ -390,7 +423,7 @@ class LogportDataSource(DataSource):
         return "logport"
 
     def schema(self) -> str:
-        return SPARK_SCHEMA
+        return Layout.from_options({key.lower(): value for key, value in self.options.items()}).spark_schema()
 
     def _options(self) -> dict[str, Any]:
         # Spark hands options over case-insensitively (lower-cased keys): look them up in lower case.
