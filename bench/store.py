@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, median, percentile, run_async, table  # noqa: E402
+from _common import (  # noqa: E402
+    baseline_tree,
+    header,
+    median,
+    percentile,
+    remove_baseline_tree,
+    run_async,
+    table,
+)
 
 MiB = 1024 * 1024
 MODES = ("recycled", "fresh", "none")
@@ -129,14 +137,6 @@ def measure_in_process(spec: dict[str, Any], pythonpath: str) -> dict[str, Any]:
     return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
 
 
-def baseline_tree(revision: str, where: Path) -> Path:
-    """The source of `revision` in a git worktree under `where` (removed by the caller)."""
-    repo = Path(__file__).resolve().parents[1]
-    tree = where / "baseline"
-    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), revision], check=True)
-    return tree
-
-
 def run(args: argparse.Namespace) -> int:
     if args.measure:
         spec = json.loads(args.measure)
@@ -176,8 +176,7 @@ def run(args: argparse.Namespace) -> int:
                                  round(median(lat) * 1e3, 3), round(percentile(lat, 0.99) * 1e3, 3), round(cpu_mb)))
     finally:
         if tree is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=Path(__file__).resolve().parents[1],
-                           check=False)
+            remove_baseline_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
     table(["frame", "writers", "chunks", "store MB/s", "raw MB/s", "store/raw", "store/per-group", "appends/s",
            "p50 ms", "p99 ms", "MB per CPU-s"], rows)
