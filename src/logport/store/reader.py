@@ -111,7 +111,7 @@ class DirectoryReader:
     def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
         self._reader(name)
-        read = self._verified[name].read
+        read = self._verified[name].read_view  # views of what was checked: no copy
         offset = start
         while offset < end:
             data = read(offset, read_size, end)

@@ -257,6 +257,12 @@ class VerifiedReads:
         """Up to `max_bytes` from `offset`, within one chunk and below `end`, every byte checked. It
         ends where a checked span ends, a group boundary, when that comes first: the next read then
         starts a span of its own, and neither reads nor checks a byte twice."""
+        data = self.read_view(offset, max_bytes, end)
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def read_view(self, offset: int, max_bytes: int, end: int) -> bytes | memoryview:
+        """`read`, as a view of the checked span when it is part of one (no copy; the span's bytes are
+        never written over)."""
         base, stop = self.chunks.chunk_span(offset, end)
         n = min(max_bytes, stop - offset)
         if n <= 0:
@@ -286,7 +292,7 @@ class VerifiedReads:
         n = min(n, span_start + len(data) - offset)
         if offset == span_start and n == len(data) and isinstance(data, bytes):
             return data
-        return bytes(memoryview(data)[offset - span_start : offset - span_start + n])
+        return memoryview(data)[offset - span_start : offset - span_start + n]
 
     def _read_span(self, layout: groups.ChunkLayout, base: int, offset: int, n: int) -> tuple[int, Span]:
         """Read and check the whole groups from the one holding `offset` to the last that ends by
