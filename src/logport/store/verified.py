@@ -22,8 +22,11 @@ from logport.store import frames, groups
 from logport.store.files import ChunkReader, chunk_path
 
 _LAYOUTS_KEPT = 8  # layouts of chunks other than the last
-_SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment
+_SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
 _SPAN_BYTES_KEPT = 64 * 1024 * 1024  # a span larger is read again for each read in it
+_KEPT_TOTAL = 4 * 1024 * 1024  # past this, only the newest span is kept: a hub's groups reach 9-31 MiB, and
+# holding four of them kept glibc from reusing their memory (DirectoryReader over such a segment in a new
+# process: 1.0-1.1 GB/s keeping four, 1.8-2.2 keeping the newest alone, load average 5)
 _AHEAD_BYTES_KEPT = 8 * 1024 * 1024  # what a follower's walk keeps for its next reads
 _HOPS = 16  # group heads read to find where a window's whole groups end
 WINDOW = 1024 * 1024  # bytes a walk reads at a time (at least a group): pread of 1 MiB ran at 6.5 GB/s
@@ -234,8 +237,9 @@ class VerifiedReads:
             return
         self._spans[start] = data
         self._spans.move_to_end(start)
-        while len(self._spans) > _SPANS_KEPT:
-            self._spans.popitem(last=False)
+        kept = sum(len(d) for d in self._spans.values())
+        while len(self._spans) > _SPANS_KEPT or (len(self._spans) > 1 and kept > _KEPT_TOTAL):
+            kept -= len(self._spans.popitem(last=False)[1])
 
     def _kept_span(self, offset: int) -> tuple[int, Span] | None:
         """A kept span holding `offset`; one a walk kept ahead moves to the spans read."""
