@@ -76,8 +76,9 @@ class VerifiedReads:
         self.last = layout
 
     def walk_last(self, base: int, size: int) -> tuple[groups.ChunkLayout, frames.ChunkScan]:
-        """Walk the last chunk (`size` bytes in its file) from its start, make it the last
-        (`set_last`), and keep what the walk checked for the reads that follow it."""
+        """Walk the last chunk (`size` bytes in its file) from its start for its end, and make it the last
+        (`set_last`). The walk reads into one reused buffer and keeps nothing: its reads follow later, if
+        at all (a DirectoryReader's bounds), and 64 MiB kept for them faulted in as much as it saved."""
         self._forget(lambda start: start >= base)
         walk = self._start_walk(base, base + size, None)
         if isinstance(walk, ChunkWalk):
