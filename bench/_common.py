@@ -6,10 +6,13 @@ import asyncio
 import os
 import platform
 import shlex
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -64,3 +67,31 @@ def _fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def baseline_tree(revision: str, where: Path) -> Path:
+    """The source of git `revision` in a worktree under `where` (remove it with remove_baseline_tree), with
+    this tree's built C extensions copied in where their C source is the same, so that the two codes
+    differ only where their Python does."""
+    repo = Path(__file__).resolve().parents[1]
+    tree = where / "baseline"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), revision], check=True)
+    for built in (repo / "src").rglob("*.so"):
+        rel = built.relative_to(repo)
+        source = rel.parent / (built.name.split(".")[0] + ".c")
+        theirs = tree / source
+        if theirs.exists() and theirs.read_bytes() == (repo / source).read_bytes():
+            shutil.copy2(built, tree / rel)
+        else:
+            print(f"# baseline {revision}: {source} differs or is absent; it runs without {built.name}")
+    return tree
+
+
+def remove_baseline_tree(tree: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def load_average() -> str:
+    """`uptime`'s three load averages, for the record beside a figure."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())

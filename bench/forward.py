@@ -40,7 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overload", type=int, default=10, help="the overload run uses this many times the connections")
     p.add_argument("--dir", default=None, help="data directory parent (default: ./bench-out)")
     p.add_argument("--skip-node", action="store_true", help="do not run the FluentServer comparison")
+    p.add_argument("--baseline", default="", help="a git revision whose hub and store run beside this code's, a "
+                   "process per run, order alternating, e.g. f034c9a (format v1)")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the load generator
+    p.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # internal: one logport run, its own process
 
 
 # --- the load generator (child process) ---
@@ -168,12 +171,15 @@ async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, w
     before = rss_mib()
     peak = before
     try:
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         proc = run_load("127.0.0.1", config.forward.port, args, seconds=seconds, window=window,
                         connections=connections)
         while proc.poll() is None:
             peak = max(peak, rss_mib())
             await asyncio.sleep(0.1)
         result = load_result(proc)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)  # the hub's (the load runs in a process of its own)
+        result["cpu"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     finally:
         await hub.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -205,6 +211,15 @@ def run(args: argparse.Namespace) -> int:
     from store import (
         store_append,  # bench/store.py: the same 64 KiB measurement as `logport bench store`
     )
+
+    if args.measure:
+        spec = json.loads(args.measure)
+        args = argparse.Namespace(**spec["args"])
+        result = run_async(lambda: logport_run(Path(spec["work"]), args, seconds=args.seconds, window=args.window))[0]
+        print(json.dumps(result), flush=True)
+        return 0
+    if args.baseline:
+        return run_beside_baseline(args)
 
     base = Path(args.dir or "bench-out")
     base.mkdir(parents=True, exist_ok=True)
@@ -267,6 +282,60 @@ def run(args: argparse.Namespace) -> int:
           " + store.max_pending_bytes")
     print(f"# max RSS of this process over the whole run: "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    return 0
+
+
+def run_beside_baseline(args: argparse.Namespace) -> int:
+    """Logport's Forward ingest on this code and on `args.baseline`'s, each run in a process of its own (the
+    hub, and the load generator's packing), order alternating between rounds; with the store alone at 64
+    KiB appends (bench store's measurement) on each code the same way."""
+    from _common import baseline_tree, header, load_average, median, remove_baseline_tree, table
+    from store import measure_in_process
+
+    base = Path(args.dir or "bench-out")
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=base))
+    header(f"forward: logport on this code beside {args.baseline}, {args.connections} connections x PackedForward "
+           f"chunks of {args.events} events ({args.record_size}-byte records), window {args.window}, acks; "
+           f"fsync=always; {work}")
+    tree = baseline_tree(args.baseline, work)
+    codes = [("this", ""), (args.baseline, str(tree / "src"))]
+    writers = args.connections * max(args.window, 1)
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}
+    stores: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}
+    loads: dict[str, list[str]] = {label: [] for label, _ in codes}
+    try:
+        for r in range(args.rounds):
+            for label, path in codes if r % 2 == 0 else list(reversed(codes)):
+                loads[label].append(load_average().split()[0])
+                env = dict(os.environ)
+                if path:
+                    env["PYTHONPATH"] = path
+                spec = {"work": str(work / "lp"), "args": {**vars(args), "baseline": "", "measure": None}}
+                proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)],
+                                      stdout=subprocess.PIPE, env=env, check=False)
+                if proc.returncode:
+                    raise RuntimeError(f"the logport run of {label} failed ({proc.returncode})")
+                runs[label].append(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+                spec = {"root": str(work / "store"), "frame": 65536, "writers": writers,
+                        "total": args.store_mib * 2**20, "fsync": "always", "mode": "default", "chunk_mib": 64}
+                stores[label].append(measure_in_process(spec, path))
+    finally:
+        remove_baseline_tree(tree)
+        shutil.rmtree(work, ignore_errors=True)
+    rows = []
+    for label, _ in codes:
+        done = runs[label]
+        eps = [r["events"] / r["seconds"] for r in done]
+        per_cpu = [r["events"] / r["cpu"] for r in done]
+        store_mbs = [len(x["latencies"]) * 65536 / x["seconds"] / 1e6 for x in stores[label]]
+        rows.append((label, round(median(eps)), round(median(per_cpu)), round(median(store_mbs), 1),
+                     " ".join(f"{v:,.0f}" for v in eps), " ".join(loads[label])))
+    table(["code", "events/s", "events per hub CPU-s", "store alone 64 KiB MB/s", "events/s per round",
+           "load (1 min) per round"], rows)
+    print(f"# medians of {args.rounds} rounds, each code's hub in a process of its own, order alternating;")
+    print(f"# store alone: {writers} writers of 64 KiB appends, the store as configured by default (bench store's")
+    print("# measurement, a process per run). events per hub CPU-s: the hub process's user+system CPU.")
     return 0
 
 

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, median, run_async, table  # noqa: E402
+from _common import (  # noqa: E402
+    baseline_tree,
+    header,
+    load_average,
+    median,
+    remove_baseline_tree,
+    run_async,
+    table,
+)
 
 MiB = 1024 * 1024
 SEGMENT = "bench"
@@ -48,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "case's own size; 0: none)")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each case, store and segment alternating; the median of each is shown")
+    p.add_argument("--baseline", default="", help="a git revision whose code (hub, store and clients) runs beside this "
+                   "one, order alternating, e.g. f034c9a (format v1)")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
     p.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # internal: one configuration's runs
 
@@ -203,11 +214,15 @@ async def segment_case(work: Path, args: argparse.Namespace, size: int, appender
             expect = max(1, total // size // appenders) * appenders
             tail = asyncio.create_task(run_client({"mode": "tail", "port": port, "expect": expect}))
             await asyncio.sleep(1.0)  # the reader is connected and waiting at the tail
+        cpu0 = cpu_seconds()
         out["append"] = await run_client({"mode": "append", "port": port, "size": size, "appenders": appenders,
                                           "total": total, "block_size": args.block_size})
+        out["append"]["cpu"] = cpu_seconds() - cpu0
         if reads:
             out["tail"] = await tail
+            cpu0 = cpu_seconds()
             out["cold"] = await run_client({"mode": "cold", "port": port, "expect": out["append"]["events"]})
+            out["cold"]["cpu"] = cpu_seconds() - cpu0
             t0 = time.perf_counter()
             direct = direct_read(data)
             out["direct"] = {"seconds": time.perf_counter() - t0, "bytes": direct}
@@ -215,6 +230,12 @@ async def segment_case(work: Path, args: argparse.Namespace, size: int, appender
     finally:
         await hub.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process (the hub's, every thread): its clients run in processes of their own."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def direct_read(data_dir: Path) -> int:
@@ -242,12 +263,14 @@ async def store_case(work: Path, args: argparse.Namespace, size: int, writers: i
     if warmup := warmup_bytes(args, total):
         await store.create(WARMUP)
         await asyncio.gather(*(one(WARMUP, k, max(1, warmup // size // writers)) for k in range(writers)))
+    cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     await asyncio.gather(*(one(SEGMENT, k, per) for k in range(writers)))
     elapsed = time.perf_counter() - t0
+    cpu = cpu_seconds() - cpu0
     await store.close()
     shutil.rmtree(root, ignore_errors=True)
-    return {"seconds": elapsed, "bytes": per * writers * size}
+    return {"seconds": elapsed, "bytes": per * writers * size, "cpu": cpu}
 
 
 def loopback_tcp(total: int) -> dict[str, Any]:
@@ -299,12 +322,24 @@ def measure(work: Path, args: argparse.Namespace, size: int, appenders: int) -> 
     return runs
 
 
-def measure_in_a_process(work: Path, args: argparse.Namespace, size: int, appenders: int) -> dict[str, list[Any]]:
+def measure_in_a_process(work: Path, args: argparse.Namespace, size: int, appenders: int,
+                         pythonpath: str = "") -> dict[str, list[Any]]:
     """`measure` in a process of its own, as JMH forks a JVM per benchmark: in one process that had run
     the cases before, this VM's page-cache copies got 2-5x slower on both sides as it went on (the
     store alone's writer thread: 0.10 s of CPU for 256 MiB in a fresh process, 0.19-0.47 s as the
     last case of a whole run), and the 64 KiB x 8 medians swung from 21% to 253% with it."""
-    return run_this_file("--measure", {"work": str(work), "size": size, "appenders": appenders, "args": vars(args)})
+    spec = {"work": str(work), "size": size, "appenders": appenders, "args": vars(args)}
+    if not pythonpath:
+        return run_this_file("--measure", spec)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = pythonpath  # the baseline's logport, for the measuring process and its clients
+    try:
+        return run_this_file("--measure", spec)
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def run(args: argparse.Namespace) -> int:
@@ -320,30 +355,52 @@ def run(args: argparse.Namespace) -> int:
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=base))
     header(f"segment: protocol appends and reads beside the store's own appends, fsync={args.fsync}, {work}")
+    codes: list[tuple[str, str]] = [("this", "")]  # (label, PYTHONPATH)
+    tree = None
+    if args.baseline:
+        tree = baseline_tree(args.baseline, work)
+        codes.append((args.baseline, str(tree / "src")))
     rows = []
     read_rows = []
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             for appenders in (int(a) for a in args.appenders.split(",")):
-                runs = measure_in_a_process(work, args, size, appenders)
-                stores, segs, read_runs = runs["store"], runs["segment"], runs["reads"]
-                store_mbs = median([mbs(r) for r in stores])
-                seg_mbs = median([mbs(r["append"]) for r in segs])
-                tcp_mbs = median([mbs(r) for r in runs["tcp"]])
-                rows.append((f"{size // 1024} KiB", appenders, round(seg_mbs, 1), round(store_mbs, 1),
-                             f"{seg_mbs / store_mbs:.0%}", round(tcp_mbs, 1), round(seg_mbs * 1e6 / size),
-                             " ".join(f"{mbs(g['append']) / mbs(t):.0%}" for g, t in zip(segs, stores, strict=True))))
-                if read_runs:
-                    cold = median([mbs(r["cold"]) for r in read_runs])
-                    direct = median([mbs(r["direct"]) for r in read_runs])
-                    tail = median([mbs(r["tail"]) for r in read_runs])
-                    beside = median([mbs(r["append"]) for r in read_runs])
-                    read_rows.append((f"{size // 1024} KiB", round(cold, 1), round(direct, 1), f"{cold / direct:.0%}",
-                                      round(tail, 1), round(beside, 1), f"{tail / beside:.0%}"))
+                by_code: dict[str, dict[str, list[Any]]] = {label: {} for label, _ in codes}
+                loads: dict[str, list[str]] = {label: [] for label, _ in codes}
+                once = argparse.Namespace(**{**vars(args), "repeat": 1})
+                for r in range(args.repeat):  # a process per run, the codes alternating in both orders
+                    for label, path in codes if r % 2 == 0 else list(reversed(codes)):
+                        loads[label].append(load_average().split()[0])
+                        runs = measure_in_a_process(work, once, size, appenders, path)
+                        for key, values in runs.items():
+                            by_code[label].setdefault(key, []).extend(values)
+                for label, _ in codes:
+                    runs = by_code[label]
+                    stores, segs, read_runs = runs["store"], runs["segment"], runs["reads"]
+                    store_mbs = median([mbs(r) for r in stores])
+                    seg_mbs = median([mbs(r["append"]) for r in segs])
+                    tcp_mbs = median([mbs(r) for r in runs["tcp"]])
+                    seg_cpu = median([r["append"]["bytes"] / 1e6 / r["append"]["cpu"] for r in segs])
+                    rows.append((f"{size // 1024} KiB", appenders, label, round(seg_mbs, 1), round(store_mbs, 1),
+                                 f"{seg_mbs / store_mbs:.0%}", round(seg_cpu), round(tcp_mbs, 1),
+                                 round(seg_mbs * 1e6 / size),
+                                 " ".join(f"{mbs(g['append']) / mbs(t):.0%}" for g, t in zip(segs, stores, strict=True)),
+                                 " ".join(loads[label])))
+                    if read_runs:
+                        cold = median([mbs(r["cold"]) for r in read_runs])
+                        cold_cpu = median([r["cold"]["bytes"] / 1e6 / r["cold"]["cpu"] for r in read_runs])
+                        direct = median([mbs(r["direct"]) for r in read_runs])
+                        tail = median([mbs(r["tail"]) for r in read_runs])
+                        beside = median([mbs(r["append"]) for r in read_runs])
+                        read_rows.append((f"{size // 1024} KiB", label, round(cold, 1), round(cold_cpu),
+                                          round(direct, 1), f"{cold / direct:.0%}", round(tail, 1), round(beside, 1),
+                                          f"{tail / beside:.0%}"))
     finally:
+        if tree is not None:
+            remove_baseline_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
-    table(["event", "appenders", "segment MB/s", "store MB/s", "segment/store", "loopback TCP MB/s", "events/s",
-           "ratio per run"], rows)
+    table(["event", "appenders", "code", "segment MB/s", "store MB/s", "segment/store", "MB per hub CPU-s",
+           "loopback TCP MB/s", "events/s", "ratio per run", "load (1 min) per run"], rows)
     print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
     print(f"#   handed one block ({args.block_size} bytes) of events per call, different bodies (a 64 MiB pool).")
@@ -352,10 +409,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"#   configuration in a process of its own; every run first appends {warmup} to another")
     print("#   segment, untimed (--warmup-mib): a serving hub's steady state.")
     print("#   loopback TCP: the same bytes alone between two processes over plain sockets (1 MiB sendall /")
-    print("#   recv_into), the ceiling of any TCP path here.")
+    print("#   recv_into), the ceiling of any TCP path here. MB per hub CPU-s: the hub process's user+system CPU")
+    print("#   during the timed appends (its clients run in processes of their own). code: this tree, or")
+    print("#   --baseline's (its hub, store and clients, from a git worktree), a process per run, order alternating.")
     print()
-    table(["event", "catch-up read MB/s", "store read MB/s", "catch-up/store", "tail read MB/s",
-           "append MB/s meanwhile", "tail/append"], read_rows)
+    table(["event", "code", "catch-up read MB/s", "catch-up MB per hub CPU-s", "store read MB/s", "catch-up/store",
+           "tail read MB/s", "append MB/s meanwhile", "tail/append"], read_rows)
     print("# catch-up: SegmentReader from offset 0 of the segment just written (page cache warm); store read:")
     print("#   DirectoryReader.iter_events over the same files in-process; tail: a SegmentReader following the")
     print("#   segment while one appender writes (runs of their own; the tail rate is bounded by the append rate).")

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, median, percentile, run_async, table  # noqa: E402
+from _common import (  # noqa: E402
+    baseline_tree,
+    header,
+    load_average,
+    median,
+    percentile,
+    remove_baseline_tree,
+    run_async,
+    table,
+)
 
 MiB = 1024 * 1024
 MODES = ("recycled", "fresh", "none")
@@ -61,6 +70,21 @@ def raw_write(path: Path, frame: int, total: int, sync_every: int = 0) -> float:
     os.close(fd)
     path.unlink()
     return elapsed
+
+
+def crc_ms_per_mb() -> float:
+    """Milliseconds of CRC32C (the library format v2 uses) per MB, over 64 MiB of distinct bytes in 1 MiB
+    pieces, as a commit group's bodies come from memory, not from the CPU's cache."""
+    from crc32c import crc32c
+
+    pool = memoryview(os.urandom(64 * MiB))
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for at in range(0, len(pool), MiB):
+            crc32c(pool[at : at + MiB])
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3 / (len(pool) / 1e6)
 
 
 def store_config(root: Path, spec: dict[str, Any]) -> Any:
@@ -119,28 +143,25 @@ async def store_append(root: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure_in_process(spec: dict[str, Any], pythonpath: str) -> dict[str, Any]:
+    """store_append in a process of its own (with `pythonpath`: another revision's store). Its result, with
+    every latency, goes through a file: once, a result of 91 KB read from the child's stdout pipe ended
+    at 65,536 bytes with the child's exit status 0."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], stdout=subprocess.PIPE,
-                          env=env, check=False)
-    if proc.returncode:
-        raise RuntimeError(f"measuring {spec} failed ({proc.returncode})")
-    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
-
-
-def baseline_tree(revision: str, where: Path) -> Path:
-    """The source of `revision` in a git worktree under `where` (removed by the caller)."""
-    repo = Path(__file__).resolve().parents[1]
-    tree = where / "baseline"
-    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), revision], check=True)
-    return tree
+    with tempfile.NamedTemporaryFile(prefix="store-bench-", suffix=".json") as out:
+        proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps({**spec, "out": out.name})],
+                              env=env, check=False)
+        if proc.returncode:
+            raise RuntimeError(f"measuring {spec} failed ({proc.returncode})")
+        return dict(json.loads(Path(out.name).read_text()))
 
 
 def run(args: argparse.Namespace) -> int:
     if args.measure:
         spec = json.loads(args.measure)
-        print(json.dumps(run_async(lambda: store_append(Path(spec["root"]), spec))), flush=True)
+        result = run_async(lambda: store_append(Path(spec["root"]), spec))
+        Path(spec["out"]).write_text(json.dumps(result))
         return 0
     base = Path(args.dir or "bench-out")
     base.mkdir(parents=True, exist_ok=True)
@@ -153,39 +174,44 @@ def run(args: argparse.Namespace) -> int:
         codes.append((f"{args.baseline} (v1)", "baseline", str(tree / "src")))
     header(f"store: appends with fsync={args.fsync} beside raw write+fdatasync, {work}")
     rows = []
+    crc_ms = crc_ms_per_mb()
     try:
         for frame in (int(s) for s in args.sizes.split(",")):
             total = (args.mib_large if frame >= 65536 else args.mib_small) * MiB
             raw_mbs = total / raw_write(work / "raw", frame, total) / 1e6
             for writers in (int(w) for w in args.writers.split(",")):
                 runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in codes}
+                loads: dict[str, list[str]] = {label: [] for label, _, _ in codes}
                 for r in range(args.repeat):
                     for label, mode, path in codes if r % 2 == 0 else list(reversed(codes)):
+                        loads[label].append(load_average().split()[0])
                         spec = {"root": str(work / "store"), "frame": frame, "writers": writers, "total": total,
                                 "fsync": args.fsync, "mode": mode, "chunk_mib": args.chunk_mib}
                         runs[label].append(measure_in_process(spec, path))
                 grouped_mbs = total / raw_write(work / "raw", frame, total, sync_every=frame * writers) / 1e6
-                for label, _, _ in codes:
+                for label, mode, _ in codes:
                     done = runs[label]
                     mbs = median([len(x["latencies"]) * frame / x["seconds"] / 1e6 for x in done])
                     lat = [v for x in done for v in x["latencies"]]
                     cpu_mb = median([len(x["latencies"]) * frame / 1e6 / x["cpu"] for x in done])
+                    crc_share = f"{crc_ms * cpu_mb / 1000:.1%}" if mode != "baseline" else "-"
                     rows.append((f"{frame // 1024} KiB", writers, label, round(mbs, 1), round(raw_mbs, 1),
                                  f"{mbs / raw_mbs:.0%}", f"{mbs / grouped_mbs:.0%}",
                                  round(median([len(x["latencies"]) / x["seconds"] for x in done])),
-                                 round(median(lat) * 1e3, 3), round(percentile(lat, 0.99) * 1e3, 3), round(cpu_mb)))
+                                 round(median(lat) * 1e3, 3), round(percentile(lat, 0.99) * 1e3, 3), round(cpu_mb),
+                                 crc_share, " ".join(loads[label])))
     finally:
         if tree is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=Path(__file__).resolve().parents[1],
-                           check=False)
+            remove_baseline_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
     table(["frame", "writers", "chunks", "store MB/s", "raw MB/s", "store/raw", "store/per-group", "appends/s",
-           "p50 ms", "p99 ms", "MB per CPU-s"], rows)
+           "p50 ms", "p99 ms", "MB per CPU-s", "CRC share of CPU", "load (1 min) per run"], rows)
     print("# raw: the same total in frame-sized os.write calls, one fdatasync at the end; per-group: the same")
     print("# with an fdatasync after every writers x frame bytes (the most an ack-after-fsync append can do);")
     print("# chunks: recycled = spares that retention dropped, fresh = written ahead during the run, none =")
     print(f"# new files; medians of {args.repeat} run(s) per case, each in a process of its own, order alternating;")
-    print("# MB per CPU-s: the store process's user+system CPU.")
+    print("# MB per CPU-s: the store process's user+system CPU. CRC share of CPU: CRC32C's time per MB (measured")
+    print(f"# here over 64 MiB of distinct bodies from memory: {crc_ms:.3f} ms per MB) x the store's CPU seconds per MB.")
     return 0
 
 

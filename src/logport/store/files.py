@@ -157,6 +157,14 @@ class ChunkReader:
             return b""
         return os.pread(self._fd(base), n, offset - base)
 
+    def pread_into(self, offset: int, buffer: memoryview, end: int) -> int:
+        """Read into `buffer` from `offset`, within one chunk and below `end`; the bytes read."""
+        base, stop = self.chunk_span(offset, end)
+        n = min(len(buffer), stop - offset)
+        if n <= 0:
+            return 0
+        return os.preadv(self._fd(base), [buffer[:n]], offset - base)
+
     def chunk_end(self, base: int) -> int:
         """End offset of a chunk as its file size says."""
         return base + os.stat(chunk_path(self.seg_dir, base)).st_size

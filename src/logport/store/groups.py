@@ -22,7 +22,7 @@ v1 chunks (no chunk header) have no checksums: their end is what `frames.recover
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -41,7 +41,6 @@ _COMMIT_PREFIX: Final = frames.HEADER.pack(frames.COMMIT, COMMIT_SIZE - frames.H
 _CHUNK_PREFIX: Final = frames.HEADER.pack(frames.CHUNK_HEADER, CHUNK_HEADER_SIZE - frames.HEADER_SIZE)
 
 Buffer = bytes | bytearray | memoryview
-Pread = Callable[[int, int], bytes]  # (position in the chunk file, max bytes) -> bytes
 
 
 def chunk_header(base: int) -> tuple[bytes, int]:
@@ -137,6 +136,22 @@ def _next_valid_group(data: Buffer, pos: int, base: int) -> int | None:
     return None
 
 
+def find_valid_group(data: Buffer, pos: int, origin: int) -> int | None:
+    """Where in `data` (segment offset `origin` at data[0]) the first valid group at or after `pos`
+    starts, checked on its own (not as part of a chain): a walk that stopped before it did not stop at
+    a torn or unwritten tail."""
+    return _next_valid_group(data, pos, origin)
+
+
+def group_extent(head: Buffer, start: int) -> int | None:
+    """The bytes of the group whose COMMIT frame, for segment offset `start`, begins `head`, as that
+    frame says (not checked); None when no such frame begins it."""
+    if len(head) < COMMIT_SIZE or bytes(head[: frames.HEADER_SIZE]) != _COMMIT_PREFIX:
+        return None
+    group_start, length, _ = _COMMIT_FIELDS.unpack_from(head, frames.HEADER_SIZE)
+    return COMMIT_SIZE + int(length) if group_start == start else None
+
+
 def walk_chunk(data: Buffer, base: int, *, at: int = 0, prev: int | None = None,
                scan: frames.ChunkScan | None = None, search: bool = True) -> ChunkLayout:
     """The layout of a chunk whose file holds `data` from file position `at` (0: the whole chunk; a
@@ -217,26 +232,3 @@ def verify_span(data: Buffer, start: int, group_starts: Sequence[int]) -> Corrup
             end = group_starts[i + 1] if i + 1 < len(group_starts) else start + len(data)
             return Corrupt(group_start, end, checked)
     return None
-
-
-def follow_chunk(layout: ChunkLayout, scan: frames.ChunkScan, pread: Pread, file_size: int,
-                 window: int = 1024 * 1024) -> None:
-    """Extend the layout of a v2 chunk that is being written with the groups added since it was walked,
-    reading about `window` bytes at a time (a chunk written ahead is mostly zeros: never read whole)."""
-    while True:
-        pos = layout.end - layout.base
-        if file_size - pos < COMMIT_SIZE:
-            return
-        head = pread(pos, COMMIT_SIZE)
-        if len(head) < COMMIT_SIZE or head[: frames.HEADER_SIZE] != _COMMIT_PREFIX:
-            return
-        start, length, _ = _COMMIT_FIELDS.unpack_from(head, frames.HEADER_SIZE)
-        if start != layout.end or pos + COMMIT_SIZE + length > file_size:
-            return
-        data = pread(pos, min(max(window, COMMIT_SIZE + length), file_size - pos))
-        part = walk_chunk(data, layout.base, at=pos, prev=layout.last_crc, scan=scan, search=False)
-        if part.end == layout.end:
-            return
-        layout.groups.extend(part.groups)
-        layout.corrupt.extend(part.corrupt)
-        layout.end, layout.last_crc, layout.writers = part.end, part.last_crc, part.writers

@@ -91,17 +91,16 @@ class DirectoryReader:
         base = reader.bases[-1]
         size = reader.chunk_end(base) - base
         tail = self._tails.get(name)
+        verified = self._verified[name]
         if (tail is None or tail.layout.base != base or tail.layout.version != groups.VERSION
                 or size < tail.layout.end - base or self._head(reader, tail) != tail.last_head):
             # new; or a group walked before was undone since (a write whose fsync failed, its COMMIT frame
             # zeroed) and perhaps written over: walked again, from the chunk's start
-            scan = frames.ChunkScan()
-            data = reader.pread(base, size, base + size)
-            tail = self._tails[name] = _Tail(groups.walk_chunk(data, base, scan=scan), scan)
+            layout, scan = verified.walk_last(base, size)
+            tail = self._tails[name] = _Tail(layout, scan)
         else:
-            groups.follow_chunk(tail.layout, tail.scan, lambda at, n: reader.pread(base + at, n, base + size), size)
+            verified.follow_last(tail.layout, tail.scan, size)
         tail.last_head = self._head(reader, tail)
-        self._verified[name].set_last(tail.layout)
         return tail.layout.end
 
     @staticmethod
@@ -112,7 +111,7 @@ class DirectoryReader:
     def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
         self._reader(name)
-        read = self._verified[name].read
+        read = self._verified[name].read_view  # views of what was checked: no copy
         offset = start
         while offset < end:
             data = read(offset, read_size, end)

@@ -1,9 +1,12 @@
 """Reads that hand out only bytes whose commit groups pass their checksum (format v2).
 
-A read is widened to the whole groups that cover it, each group is checked, and the requested bytes
-are cut from them; a range that fails raises CorruptData naming the segment, the range and the file.
-The last verified span is kept, so a reader walking a large group in small reads checks it once. v1
-chunks carry no checksums: their bytes are read as they are.
+A read is widened to the whole groups that cover its start, each group is checked, and what is handed
+out is cut from them; a range that fails raises CorruptData naming the segment, the range and the file.
+Each byte is read from its file once and checked once: the chunks before the last are walked as far as
+they are read, a window at a time, and the window that a walk read and checked is what the read hands
+out (before 2026-11-25 18:30 a chunk was walked whole, 64 MiB in one fresh buffer whose every page
+faulted in, and then read again). Checked spans are kept, so that a reader going through a group
+larger than its reads checks it once. v1 chunks carry no checksums: their bytes are read as they are.
 """
 
 from __future__ import annotations
@@ -12,75 +15,271 @@ import bisect
 import collections
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from logport.errors import CorruptData
-from logport.store import groups
+from logport.store import frames, groups
 from logport.store.files import ChunkReader, chunk_path
 
-_LAYOUTS_KEPT = 8  # layouts of chunks other than the last, walked when first read
-_SPANS_KEPT = 4  # verified spans kept for readers at different places of one segment
-_SPAN_BYTES_KEPT = 64 * 1024 * 1024
+_LAYOUTS_KEPT = 8  # layouts of chunks other than the last
+_SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
+_SPAN_BYTES_KEPT = 64 * 1024 * 1024  # a span larger is read again for each read in it
+_KEPT_TOTAL = 4 * 1024 * 1024  # past this, only the newest span is kept: a hub's groups reach 9-31 MiB, and
+# holding four of them kept glibc from reusing their memory (DirectoryReader over such a segment in a new
+# process: 1.0-1.1 GB/s keeping four, 1.8-2.2 keeping the newest alone, load average 5)
+_AHEAD_BYTES_KEPT = 8 * 1024 * 1024  # what a follower's walk keeps for its next reads
+_HOPS = 16  # group heads read to find where a window's whole groups end
+WINDOW = 1024 * 1024  # bytes a walk reads at a time (at least a group): pread of 1 MiB ran at 6.5 GB/s
+# here, 4 MiB at 4.2, 64 MiB at 2.1 (a buffer past glibc's mmap threshold faults in every page)
+
+Span = bytes | bytearray | memoryview
+Keep = Callable[[int, Span], None]
+
+
+@dataclass(slots=True)
+class ChunkWalk:
+    """A v2 chunk walked from its start as far as `layout.end`, to be walked on to `stop`."""
+
+    layout: groups.ChunkLayout
+    stop: int  # where the walk is to end: the next chunk's base, or the file's end
+    scan: frames.ChunkScan = field(default_factory=frames.ChunkScan)
+
+    @property
+    def done(self) -> bool:
+        return self.layout.end >= self.stop
 
 
 class VerifiedReads:
     """Checked reads of one segment's chunks. The owner says what the last chunk holds (`set_last`):
-    the store's writer from its own commits, a DirectoryReader from its walk of the file."""
+    the store's writer from its own commits, a DirectoryReader from its walk of the file (`walk_last`)."""
 
-    def __init__(self, name: str, chunks: ChunkReader, on_corrupt: Callable[[CorruptData], None] | None = None) -> None:
+    def __init__(self, name: str, chunks: ChunkReader, on_corrupt: Callable[[CorruptData], None] | None = None,
+                 window: int | None = None) -> None:
         self.name = name
         self.chunks = chunks
+        self.window = WINDOW if window is None else window
         self._on_corrupt = on_corrupt
         self.last: groups.ChunkLayout | None = None
-        self._layouts: collections.OrderedDict[int, groups.ChunkLayout] = collections.OrderedDict()
-        self._spans: collections.OrderedDict[int, bytes] = collections.OrderedDict()  # start -> verified bytes
+        self._layouts: collections.OrderedDict[int, groups.ChunkLayout | ChunkWalk] = collections.OrderedDict()
+        self._spans: collections.OrderedDict[int, Span] = collections.OrderedDict()  # start -> checked bytes
+        self._ahead: dict[int, Span] = {}  # windows a walk of the last chunk checked, until a read takes them
+        self._ahead_bytes = 0
+        self._scratch: bytearray | None = None  # the windows of a walk that keeps nothing
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
         """The last chunk's layout from now on. The one before is not kept: a reader beside the hub may not
         have walked its last groups when the hub rolled; it is walked whole when it is read next."""
         last = self.last
         if last is not None and last is not layout and last.base == layout.base:
-            for start in [k for k in self._spans if k >= layout.base]:  # walked again: what was read may be gone
-                del self._spans[start]
+            self._forget(lambda start: start >= layout.base)  # walked again: what was read may be gone
         self._layouts.pop(layout.base, None)
         self.last = layout
 
-    def _keep(self, layout: groups.ChunkLayout) -> None:
-        self._layouts[layout.base] = layout
-        self._layouts.move_to_end(layout.base)
+    def walk_last(self, base: int, size: int) -> tuple[groups.ChunkLayout, frames.ChunkScan]:
+        """Walk the last chunk (`size` bytes in its file) from its start for its end, and make it the last
+        (`set_last`). The walk reads into one reused buffer and keeps nothing: its reads follow later, if
+        at all (a DirectoryReader's bounds), and 64 MiB kept for them faulted in as much as it saved."""
+        self._forget(lambda start: start >= base)
+        walk = self._start_walk(base, base + size, None)
+        if isinstance(walk, ChunkWalk):
+            self._walk_on(walk, base + size, None)
+            layout, scan = walk.layout, walk.scan
+            if layout.end < base + size and self._valid_group_after(base, layout.end, base + size):
+                layout, scan = self._walk_whole(base, base + size)  # corruption before committed groups
+                self._forget(lambda start: start >= base)
+        else:
+            layout, scan = walk, frames.ChunkScan()
+            scan.writers = layout.writers
+        self.last = None
+        self.set_last(layout)
+        return layout, scan
+
+    def follow_last(self, layout: groups.ChunkLayout, scan: frames.ChunkScan, size: int) -> None:
+        """Extend the last chunk's layout (from `walk_last`) with the groups written since, up to `size`
+        bytes of its file (a group that fails ends it: the hub may be writing it), keeping what was
+        checked for the reads that follow."""
+        self._walk_on(ChunkWalk(layout, layout.base + size, scan), layout.base + size, self._keep_ahead)
+        self.set_last(layout)
+
+    def _keep(self, layout: groups.ChunkLayout | ChunkWalk) -> None:
+        base = layout.layout.base if isinstance(layout, ChunkWalk) else layout.base
+        self._layouts[base] = layout
+        self._layouts.move_to_end(base)
         while len(self._layouts) > _LAYOUTS_KEPT:
             self._layouts.popitem(last=False)
 
     def forget_below(self, base: int) -> None:
         for key in [k for k in self._layouts if k < base]:
             del self._layouts[key]
-        for key in [k for k in self._spans if k < base]:
-            del self._spans[key]
+        self._forget(lambda start: start < base)
 
-    def layout(self, base: int, next_base: int | None) -> groups.ChunkLayout:
-        """The layout of the chunk at `base`; `next_base`: where the chunk after it starts (None: it is
-        the last, walked to its file's end and not kept, as it may grow)."""
+    def _forget(self, which: Callable[[int], bool]) -> None:
+        for start in [k for k in self._spans if which(k)]:
+            del self._spans[start]
+        for start in [k for k in self._ahead if which(k)]:
+            self._ahead_bytes -= len(self._ahead.pop(start))
+
+    def layout(self, base: int, next_base: int | None, until: int | None = None) -> groups.ChunkLayout:
+        """The layout of the chunk at `base`, walked at least past `until` (None: whole); `next_base`:
+        where the chunk after it starts (None: it is the last, walked to its file's end and not kept, as
+        it may grow)."""
         if self.last is not None and self.last.base == base:
             return self.last
-        layout = self._layouts.get(base)
-        if layout is not None:
-            self._layouts.move_to_end(base)
-            return layout
-        stop = next_base if next_base is not None else self.chunks.chunk_end(base)
-        layout = groups.walk_chunk(self.chunks.pread(base, stop - base, stop), base)
-        if next_base is not None:
-            if layout.version != 1 and layout.end < next_base:  # a chunk before the last ends where the next starts
-                layout.corrupt.append(groups.Corrupt(layout.end, next_base, f"the chunk's valid data ends at "
-                                                     f"{layout.end}, before the next chunk starts at {next_base}"))
+        if next_base is None:
+            return self._walk_whole(base, self.chunks.chunk_end(base))[0]
+        kept = self._layouts.get(base)
+        if kept is None:
+            kept = self._start_walk(base, next_base, self._keep_span)
+            if isinstance(kept, groups.ChunkLayout):
+                self._ends_at_next(kept, next_base)
+        self._keep(kept)
+        if isinstance(kept, groups.ChunkLayout):
+            return kept
+        self._walk_on(kept, next_base if until is None else until, self._keep_span)
+        if kept.done:
+            self._keep(kept.layout)
+        elif until is None or kept.layout.end <= until:  # stopped short: walked whole, for its corrupt ranges
+            layout = self._walk_whole(base, next_base)[0]
+            self._ends_at_next(layout, next_base)
+            self._forget(lambda start: base <= start < next_base)
             self._keep(layout)
-        return layout
+            return layout
+        return kept.layout
+
+    @staticmethod
+    def _ends_at_next(layout: groups.ChunkLayout, next_base: int) -> None:
+        if layout.version != 1 and layout.end < next_base:  # a chunk before the last ends where the next starts
+            layout.corrupt.append(groups.Corrupt(layout.end, next_base, f"the chunk's valid data ends at "
+                                                 f"{layout.end}, before the next chunk starts at {next_base}"))
+
+    def _walk_whole(self, base: int, stop: int) -> tuple[groups.ChunkLayout, frames.ChunkScan]:
+        scan = frames.ChunkScan()
+        return groups.walk_chunk(self.chunks.pread(base, stop - base, stop), base, scan=scan), scan
+
+    def _start_walk(self, base: int, stop: int, keep: Keep | None) -> groups.ChunkLayout | ChunkWalk:
+        """A walk of a v2 chunk begun with its first window; the whole layout of any other chunk (v1, or
+        a head that fails its check: walked whole, as recovery does)."""
+        first = min(base + groups.CHUNK_HEADER_SIZE, stop)
+        data = self._read(base, first - base + self._window(first, stop), stop, keep)
+        if groups.chunk_version(data, base) != groups.VERSION:
+            return self._walk_whole(base, stop)[0]
+        walk = ChunkWalk(groups.ChunkLayout(base, groups.VERSION, base), stop)
+        self._walk_window(walk, data, keep)
+        return walk
+
+    def _walk_on(self, walk: ChunkWalk, until: int, keep: Keep | None) -> None:
+        """Walk on, a window at a time, until the layout holds `until` or the walk stops (its end, or a
+        group that fails); `keep(offset, data)` is given what each window checked (None: nothing is
+        kept, and the windows are read into one buffer, reused)."""
+        layout = walk.layout
+        while layout.end <= until and not walk.done:
+            data = self._read(layout.end, self._window(layout.end, walk.stop), walk.stop, keep)
+            if not self._walk_window(walk, data, keep):
+                return
+        self._scratch = None
+
+    def _read(self, offset: int, n: int, stop: int, keep: Keep | None) -> Span:
+        if keep is not None:
+            return self.chunks.pread(offset, n, stop)
+        if self._scratch is None or len(self._scratch) < n:
+            self._scratch = bytearray(max(n, self.window))
+        view = memoryview(self._scratch)[:n]
+        return view[: self.chunks.pread_into(offset, view, stop)]
+
+    def _window(self, start: int, stop: int) -> int:
+        """The bytes to read from `start`, a group boundary: whole groups (found by their heads) to
+        about `window`, so that no byte is read twice, nor a window's bytes copied to be handed out
+        whole; after _HOPS groups (small ones), a window's end as it comes."""
+        pos = start
+        for _ in range(_HOPS):
+            if pos >= stop or pos - start >= self.window:
+                return min(pos, stop) - start
+            extent = groups.group_extent(self.chunks.pread(pos, groups.COMMIT_SIZE, stop), pos)
+            if extent is None:
+                break  # not a group's head (the tail, or corruption): read as it is, the walk says what
+            pos += extent
+        return min(max(pos, start + self.window), stop) - start
+
+    def _walk_window(self, walk: ChunkWalk, data: Span, keep: Keep | None) -> bool:
+        """Walk the groups of `data`, read from the layout's end; whether it went on."""
+        layout = walk.layout
+        part = self._walk_part(walk, data, layout.end - layout.base)
+        if part.end <= layout.end:
+            return False
+        if keep is not None:
+            checked = part.end - layout.end
+            keep(layout.end, data if checked == len(data) else memoryview(data)[:checked])
+        layout.groups.extend(part.groups)
+        layout.corrupt.extend(part.corrupt)
+        layout.end, layout.last_crc, layout.writers = part.end, part.last_crc, part.writers
+        return True
+
+    @staticmethod
+    def _walk_part(walk: ChunkWalk, data: Span, at: int) -> groups.ChunkLayout:
+        if at == 0:
+            return groups.walk_chunk(data, walk.layout.base, scan=walk.scan, search=False)
+        return groups.walk_chunk(data, walk.layout.base, at=at, prev=walk.layout.last_crc, scan=walk.scan,
+                                 search=False)
+
+    def _valid_group_after(self, base: int, at: int, stop: int) -> bool:
+        """Whether a valid group starts past the end of a walk that stopped at `at`: then what stopped it
+        is corruption of committed data, not a torn or unwritten tail."""
+        data = self.chunks.pread(at, stop - at, stop)
+        return groups.find_valid_group(data, 1, at) is not None
+
+    def _keep_ahead(self, start: int, data: Span) -> None:
+        if self._ahead_bytes + len(data) > _AHEAD_BYTES_KEPT:
+            return  # read again when it is read: a walk holds no more than this
+        self._ahead[start] = data
+        self._ahead_bytes += len(data)
+
+    def _keep_span(self, start: int, data: Span) -> None:
+        if len(data) > _SPAN_BYTES_KEPT:
+            return
+        self._spans[start] = data
+        self._spans.move_to_end(start)
+        kept = sum(len(d) for d in self._spans.values())
+        while len(self._spans) > _SPANS_KEPT or (len(self._spans) > 1 and kept > _KEPT_TOTAL):
+            kept -= len(self._spans.popitem(last=False)[1])
+
+    def _kept_span(self, offset: int) -> tuple[int, Span] | None:
+        """A kept span holding `offset`; one a walk kept ahead moves to the spans read."""
+        for start, data in self._spans.items():
+            if start <= offset < start + len(data):
+                self._spans.move_to_end(start)
+                return start, data
+        for start, data in self._ahead.items():
+            if start <= offset < start + len(data):
+                del self._ahead[start]
+                self._ahead_bytes -= len(data)
+                for passed in [k for k in self._ahead if k < start]:  # a reader goes forward: never read now
+                    self._ahead_bytes -= len(self._ahead.pop(passed))
+                self._keep_span(start, data)
+                return start, data
+        return None
 
     def read(self, offset: int, max_bytes: int, end: int) -> bytes:
-        """Up to `max_bytes` from `offset`, within one chunk and below `end`, every byte checked."""
+        """Up to `max_bytes` from `offset`, within one chunk and below `end`, every byte checked. It
+        ends where a checked span ends, a group boundary, when that comes first: the next read then
+        starts a span of its own, and neither reads nor checks a byte twice."""
+        data = self.read_view(offset, max_bytes, end)
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def read_view(self, offset: int, max_bytes: int, end: int) -> bytes | memoryview:
+        """`read`, as a view of the checked span when it is part of one (no copy; the span's bytes are
+        never written over)."""
         base, stop = self.chunks.chunk_span(offset, end)
         n = min(max_bytes, stop - offset)
         if n <= 0:
             return b""
-        layout = self.layout(base, self._next_base(base))
+        next_base = self._next_base(base)
+        kept = self._kept_span(offset)
+        if kept is None:
+            layout = self.layout(base, next_base, offset)
+        elif next_base is not None:
+            layout = self.layout(base, next_base, kept[0])  # walked past a kept span's start: no read
+        else:
+            layout = self.last if self.last is not None and self.last.base == base else self.layout(base, None)
         if layout.version == 1:
             return self.chunks.pread(offset, n, stop)
         for bad in layout.corrupt:  # what is good before a corrupt range is read; the range itself is refused
@@ -90,6 +289,19 @@ class VerifiedReads:
                 n = bad.start - offset
         if layout.version == 0 and not layout.groups:
             self._corrupt(base, stop, base, "the chunk header fails its check")
+        if kept is None:
+            kept = self._kept_span(offset)  # a walk may have just read it
+        if kept is None:
+            kept = self._read_span(layout, base, offset, n)
+        span_start, data = kept
+        n = min(n, span_start + len(data) - offset)
+        if offset == span_start and n == len(data) and isinstance(data, bytes):
+            return data
+        return memoryview(data)[offset - span_start : offset - span_start + n]
+
+    def _read_span(self, layout: groups.ChunkLayout, base: int, offset: int, n: int) -> tuple[int, Span]:
+        """Read and check the whole groups from the one holding `offset` to the last that ends by
+        `offset + n` (at least that one group)."""
         starts = layout.groups
         first = bisect.bisect_right(starts, offset) - 1
         if first < 0:  # the chunk's header, before its first group
@@ -97,23 +309,22 @@ class VerifiedReads:
             first = 0
         else:
             span_start = starts[first]
-        after = bisect.bisect_left(starts, offset + n)
-        span_end = starts[after] if after < len(starts) else layout.end  # whole groups, even past `end`
+        if offset + n >= layout.end:
+            after = len(starts)
+        else:
+            after = max(bisect.bisect_right(starts, offset + n) - 1, first + 1)
+        span_end = starts[after] if after < len(starts) else layout.end
         data = self._span(span_start, span_end, base, starts[first:after], offset)
-        return bytes(data[offset - span_start : offset - span_start + n])
+        return span_start, data
 
     def _next_base(self, base: int) -> int | None:
         bases = self.chunks.bases
         i = bisect.bisect_right(bases, base)
         return bases[i] if i < len(bases) else None
 
-    def _span(self, start: int, end: int, base: int, group_starts: list[int], offset: int) -> memoryview:
+    def _span(self, start: int, end: int, base: int, group_starts: list[int], offset: int) -> Span:
         """The checked bytes of whole groups [start, end); a group that fails (changed since the chunk
         was walked) ends them, or raises CorruptData when it holds `offset`, the read's start."""
-        for span_start, data in self._spans.items():
-            if span_start <= start and end <= span_start + len(data):
-                self._spans.move_to_end(span_start)
-                return memoryview(data)[start - span_start : end - span_start]  # no copy of a span kept whole
         data = self.chunks.pread(start, end - start, end)
         if len(data) < end - start:
             self._corrupt(start + len(data), end, base, "the file ends before the data it committed")
@@ -124,11 +335,8 @@ class VerifiedReads:
             if bad.start <= offset:
                 self._corrupt(bad.start, bad.end, base, bad.reason)
             return memoryview(data)[: bad.start - start]  # not kept: the read after it reports the group
-        if end - start <= _SPAN_BYTES_KEPT:
-            self._spans[start] = data
-            while len(self._spans) > _SPANS_KEPT:
-                self._spans.popitem(last=False)
-        return memoryview(data)
+        self._keep_span(start, data)
+        return data
 
     def _corrupt(self, start: int, end: int, base: int, reason: str) -> None:
         error = CorruptData(self.name, start, end, os.fspath(chunk_path(self.chunks.seg_dir, base)), reason)
