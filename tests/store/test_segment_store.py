@@ -634,12 +634,13 @@ async def test_sealing_refuses_waiting_appends_and_keeps_those_already_queued(tm
 
 
 @pytest.mark.parametrize(("fsync", "writeback_bytes", "sliced"),
-                         [("always", 2048, True), ("interval", 2048, True), ("never", 2048, False),
+                         [("always", 8192, True), ("interval", 8192, True), ("never", 8192, False),
                           ("always", 0, False), ("always", 1 << 20, False)])
 async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: str,
                                                        writeback_bytes: int, sliced: bool) -> None:
     """Of a group larger than store.writeback_bytes, each whole slice is handed to writeback as it is
-    written, and the last is left to the fdatasync; the bytes are the same either way."""
+    written, and the last is left to the fdatasync, as is the page of the group's COMMIT frame (written
+    last); the bytes are the same either way."""
     import logport.store.chunkwriter as segment_module
     from logport.store.files import start_writeback
 
@@ -653,22 +654,62 @@ async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypa
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), fsync=fsync,  # type: ignore[arg-type]
                                                 writeback_bytes=writeback_bytes))
     await store.create("s")
-    bodies = [bytes([i]) * 1000 for i in range(10)]
-    await asyncio.gather(*(store.append("s", [b]) for b in bodies))  # one group of 10 frames, 10,080 bytes
+    bodies = [bytes([i]) * 4000 for i in range(10)]
+    await asyncio.gather(*(store.append("s", [b]) for b in bodies))  # one group of 10 frames, 40,080 bytes
     if sliced:
-        # the buffers written: the group's COMMIT frame, then each frame's header and body; a slice ends at the
-        # first of them that takes it to writeback_bytes, from the group's start (after the chunk's header)
-        first = COMMIT_SIZE + 1008 * 2 + 8  # the COMMIT frame, two frames and the third's header
-        second = 1000 + 1008 * 2  # the third's body and two frames
-        third = 1008 * 3  # three frames
-        at = CHUNK_HEADER_SIZE
-        assert started == [(at, first), (at + first, second), (at + first + second, third)]
-        assert all(length >= writeback_bytes for _, length in started)
-        assert all(a + n == b for (a, n), (b, _) in zip(started, started[1:], strict=False))  # back to back
-        group_end = CHUNK_HEADER_SIZE + COMMIT_SIZE + 10 * 1008
+        # the buffers written: each frame's header and body, from after the group's COMMIT frame; a slice
+        # ends at the first of them that takes it to writeback_bytes: three frames (12,024 bytes) here
+        at = CHUNK_HEADER_SIZE + COMMIT_SIZE
+        slices = [(at + i * 12024, 12024) for i in range(3)]
+        # the first slice's kick starts past the COMMIT frame's page, which the frame is written to last
+        assert started == [(4096, at + 12024 - 4096), *slices[1:]]
+        group_end = at + 10 * 4008
         assert 0 < group_end - sum(started[-1]) < writeback_bytes  # the last slice is not
     else:
         assert started == []
+    assert [b for _, b in await read_all(store, "s")] == bodies
+    await store.close()
+
+
+async def test_a_group_is_written_frames_first_and_its_commit_frame_last(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer thread writes a group's frames (folding them into the CRC as it goes) and only then its
+    COMMIT frame, before the one fdatasync: until that frame is there, the group is no valid group, so a
+    reader (or recovery after a crash in between) never takes frames whose COMMIT frame is missing."""
+    import logport.store.chunkwriter as segment_module
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), writeback_bytes=8192))
+    await store.create("s")
+    seg = store.segment("s")
+    assert seg.chunk_writer is not None
+    writer = seg.chunk_writer
+    seen: list[tuple[str, int, int]] = []  # (what, file position, length), as written and synced
+    real_pwritev, real_sync = segment_module.ChunkWriter._pwritev_all, segment_module.ChunkWriter.sync
+
+    def pwritev(self: ChunkWriter, batch: list[bytes], size: int, at: int) -> None:
+        real_pwritev(self, batch, size, at)
+        seen.append(("write", at, size))
+        if size == COMMIT_SIZE:  # the COMMIT frame: every frame of its group is written already
+            data = chunk_path(seg.dir, 0).read_bytes()[: at + COMMIT_SIZE + 40080]
+            assert walk_chunk(data, 0).end == at + COMMIT_SIZE + 40080
+        else:  # frames without their COMMIT frame: the chunk's valid data ends before them
+            data = chunk_path(seg.dir, 0).read_bytes()
+            assert walk_chunk(data, 0).end == CHUNK_HEADER_SIZE
+
+    def sync(self: ChunkWriter) -> None:
+        real_sync(self)
+        seen.append(("sync", 0, 0))
+
+    monkeypatch.setattr(segment_module.ChunkWriter, "_pwritev_all", pwritev)
+    monkeypatch.setattr(segment_module.ChunkWriter, "sync", sync)
+    bodies = [bytes([i]) * 4000 for i in range(10)]
+    await asyncio.gather(*(store.append("s", [b]) for b in bodies))
+    at = CHUNK_HEADER_SIZE + COMMIT_SIZE
+    assert seen == [("write", at + i * 12024, 12024) for i in range(3)] + [
+        ("write", at + 3 * 12024, 4008), ("write", CHUNK_HEADER_SIZE, COMMIT_SIZE), ("sync", 0, 0)]
+    assert writer.layout.groups == [CHUNK_HEADER_SIZE]
+    await store.close()
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
     assert [b for _, b in await read_all(store, "s")] == bodies
     await store.close()
 
@@ -704,6 +745,47 @@ async def test_a_writeback_error_fails_its_group_and_leaves_nothing_behind(tmp_p
     assert not (await store.append("s", [b"b" * 3000, b"c" * 3000], writer=WriterCondition(b"w", end=1))).duplicate
     await store.close()
     store = await SegmentStore.open(config)
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"b", b"c"]
+    await store.close()
+
+
+async def test_a_commit_frame_that_cannot_be_written_fails_its_group_and_leaves_nothing_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group's frames are written, its COMMIT frame (written last) is not: its appenders hear that
+    nothing was written, the COMMIT frame's place is zeroed, and neither the hub nor a reopened store
+    ever serves those frames; the retry is stored once."""
+    import logport.store.chunkwriter as segment_module
+    from logport.errors import StoreWriteFailed
+
+    config = StoreConfig(data_dir=str(tmp_path))
+    store = await SegmentStore.open(config)
+    await store.create("s")
+    await store.append("s", [b"a" * 3000])
+    seg = store.segment("s")
+    with open(chunk_path(seg.dir, 0), "r+b") as f:  # what a spare's place holds: not zeros
+        f.seek(seg.end)
+        f.write(b"\xff" * COMMIT_SIZE)
+    real_pwritev = segment_module.ChunkWriter._pwritev_all
+    failing_at: list[int] = []
+
+    def pwritev(self: ChunkWriter, batch: list[bytes], size: int, at: int) -> None:
+        if size == COMMIT_SIZE:
+            failing_at.append(at)
+            raise OSError(28, "No space left on device")
+        real_pwritev(self, batch, size, at)
+
+    monkeypatch.setattr(segment_module.ChunkWriter, "_pwritev_all", pwritev)
+    with pytest.raises(StoreWriteFailed, match="No space left on device"):
+        await store.append("s", [b"b" * 3000, b"c" * 3000], writer=WriterCondition(b"w", end=1))
+    monkeypatch.undo()
+    data = chunk_path(seg.dir, 0).read_bytes()
+    assert failing_at == [seg.end] and data[seg.end : seg.end + COMMIT_SIZE] == bytes(COMMIT_SIZE)
+    assert b"b" * 3000 in data  # the frames were written, and are not a group
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a"]
+    await store.close()
+    store = await SegmentStore.open(config)
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"a"]
+    assert not (await store.append("s", [b"b" * 3000, b"c" * 3000], writer=WriterCondition(b"w", end=1))).duplicate
     assert [b[:1] for _, b in await read_all(store, "s")] == [b"a", b"b", b"c"]
     await store.close()
 

@@ -73,12 +73,23 @@ def chunk_version(head: Buffer, base: int) -> int:
 
 def commit_frame(start: int, prev: int, parts: Sequence[Buffer]) -> tuple[bytes, int]:
     """The COMMIT frame at segment offset `start` for a group of `parts`, and its CRC."""
-    length = sum(len(p) for p in parts)
-    fields = _COMMIT_FIELDS.pack(start, length, prev)
-    crc = crc32c(fields)
+    fields, crc = commit_fields(start, sum(len(p) for p in parts), prev)
     for part in parts:
         crc = crc32c(part, crc)
-    return _COMMIT_PREFIX + fields + _U32.pack(crc), crc
+    return commit_record(fields, crc), crc
+
+
+def commit_fields(start: int, length: int, prev: int) -> tuple[bytes, int]:
+    """The first 16 bytes of the body of the COMMIT frame at segment offset `start` for a group of
+    `length` bytes, and their CRC: the seed that the group's bytes are folded into, in order, with
+    `crc32c(part, crc)` (a writer that folds each part in as it writes it, then `commit_record`)."""
+    fields = _COMMIT_FIELDS.pack(start, length, prev)
+    return fields, crc32c(fields)
+
+
+def commit_record(fields: bytes, crc: int) -> bytes:
+    """The COMMIT frame with `fields` (from commit_fields) and the group's CRC."""
+    return _COMMIT_PREFIX + fields + _U32.pack(crc)
 
 
 @dataclass(frozen=True, slots=True)
