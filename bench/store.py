@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default="", help="a git revision whose store runs beside, e.g. HEAD~5")
     p.add_argument("--repeat", type=int, default=1, help="runs of each case (medians), order alternating")
     p.add_argument("--chunk-mib", type=int, default=64, help="store.chunk_size in MiB")
+    p.add_argument("--writeback-bytes", type=int, default=-1,
+                   help="store.writeback_bytes on every side, the baseline's too (default: each side's own)")
     p.add_argument("--measure", default="", help=argparse.SUPPRESS)
 
 
@@ -91,6 +93,8 @@ def store_config(root: Path, spec: dict[str, Any]) -> Any:
     from logport.config import StoreConfig
 
     config = StoreConfig(data_dir=str(root), fsync=spec["fsync"], chunk_size=spec["chunk_mib"] * MiB)
+    if spec.get("writeback_bytes", -1) >= 0:
+        config.writeback_bytes = spec["writeback_bytes"]
     mode = spec["mode"]
     if mode not in ("baseline", "default"):  # the keys below are format v2's; "default": the store as configured
         config.prewrite_chunks = mode == "fresh"
@@ -186,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
                     for label, mode, path in codes if r % 2 == 0 else list(reversed(codes)):
                         loads[label].append(load_average().split()[0])
                         spec = {"root": str(work / "store"), "frame": frame, "writers": writers, "total": total,
-                                "fsync": args.fsync, "mode": mode, "chunk_mib": args.chunk_mib}
+                                "fsync": args.fsync, "mode": mode, "chunk_mib": args.chunk_mib,
+                                "writeback_bytes": args.writeback_bytes}
                         runs[label].append(measure_in_process(spec, path))
                 grouped_mbs = total / raw_write(work / "raw", frame, total, sync_every=frame * writers) / 1e6
                 for label, mode, _ in codes:
