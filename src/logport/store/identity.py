@@ -7,6 +7,8 @@ read from its data directory instead of over the network, keeps its offsets.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import re
 import uuid
@@ -55,11 +57,11 @@ def ensure_hub_identity(data_dir: str | os.PathLike[str]) -> str:
         f.flush()
         os.fsync(f.fileno())
     try:
-        os.link(temporary, directory / FILE_NAME)
+        _link_noreplace(temporary, directory / FILE_NAME)
     except FileExistsError:
         pass  # another process made one first: it is the identity
     finally:
-        temporary.unlink()
+        temporary.unlink(missing_ok=True)
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)  # the new name is durable before anyone reads offsets keyed by it
@@ -68,3 +70,33 @@ def ensure_hub_identity(data_dir: str | os.PathLike[str]) -> str:
     found = read_hub_identity(directory)
     assert found is not None
     return found
+
+
+_NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK)
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _link_noreplace(source: Path, name: Path) -> None:
+    """Give `source` the name `name` unless that exists (FileExistsError). link() where the file system
+    has hard links; where it refuses them (EPERM: a FUSE file system, vfat), Linux's renameat2 with
+    RENAME_NOREPLACE, which is as atomic and as exclusive (and moves the file instead of linking it)."""
+    try:
+        os.link(source, name)
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS or isinstance(e, FileExistsError):
+            raise
+        _rename_noreplace(source, name, e)
+
+
+def _rename_noreplace(source: Path, name: Path, refused: OSError) -> None:
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not Linux (or a C library before glibc 2.28)
+        raise refused from None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(name), _RENAME_NOREPLACE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"making {name} (the file system refused a hard link: {refused.strerror}): "
+                            f"renameat2: {os.strerror(code)}", str(name))
