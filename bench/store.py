@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     tree = None
     if args.baseline:
         tree = baseline_tree(args.baseline, work)
-        codes.append((f"{args.baseline} (v1)", "baseline", str(tree / "src")))
+        codes.append((f"{args.baseline} (baseline)", "baseline", str(tree / "src")))
     header(f"store: appends with fsync={args.fsync} beside raw write+fdatasync, {work}")
     rows = []
     crc_ms = crc_ms_per_mb()
