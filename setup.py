@@ -11,5 +11,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"],
               depends=["src/logport/protocols/_jsonpack.h"])
-    for name in ("_forward_scan", "_segment_scan", "_lumberjack_scan")
+    for name in ("_forward_scan", "_segment_scan", "_lumberjack_scan", "_logjam_scan")
 ])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ import orjson
 import zmq
 from prometheus_client import Counter
 
-from logport.batch import encode_batch, pack_entry
+from logport.batch import encode_batch, entry_head, pack_entry
 from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
@@ -25,6 +26,12 @@ from logport.servers._guard import ThrottledLog
 log = logging.getLogger("logport.logjam")
 
 SOURCE = "logjam"
+
+_pack_body: Callable[[bytes], tuple[bytes, str | None, int | float | None] | None] | None
+try:
+    from logport.protocols._logjam_scan import pack_body as _pack_body
+except ImportError:  # installed without a C compiler: bodies are decoded in Python
+    _pack_body = None
 
 
 def receive_message(sock: zmq.Socket[bytes]) -> tuple[list[bytes], zmq.Frame]:
@@ -88,14 +95,15 @@ class MessageDecoder:
     def accept(self, message: DataMessage, peer: str, received_on: str) -> Accepted:
         meta = message.meta
         json = decompress(message.body, message.compression, self.limit)
-        try:
-            record: Any = orjson.loads(json)
-        except orjson.JSONDecodeError as e:
-            raise InvalidMessage("json", f"body is not JSON: {e}") from None
-        if not isinstance(record, dict):
-            raise InvalidMessage("json", f"body is a JSON {type(record).__name__}, not an object")
         created_ms = meta.created_ms if meta is not None and meta.created_ms else int(time.time() * 1000)
-        seconds, nanos = event_time_of(record, created_ms)
+        # the body's JSON to its stored entry in one C pass; the Python path (the reference) decides the rest
+        packed = _pack_body(json) if _pack_body is not None else None
+        if packed is not None:
+            record_bytes, started_at, started_ms = packed
+            seconds, nanos = event_time_of({"started_at": started_at, "started_ms": started_ms}, created_ms)
+            entry = entry_head(seconds, nanos) + record_bytes
+        else:
+            entry = self._entry_in_python(json, created_ms)
         names = self._names.get((message.app_env, message.topic))
         if names is None:
             names = self._names_of(message.app_env, message.topic)
@@ -106,7 +114,19 @@ class MessageDecoder:
             "sequence": meta.sequence if meta is not None else 0,
             "created_ms": created_ms, "received_on": received_on,
         }
-        return Accepted(message, tag, json, encode_batch(tag, pack_entry(seconds, nanos, record), option))
+        return Accepted(message, tag, json, encode_batch(tag, entry, option))
+
+    @staticmethod
+    def _entry_in_python(json: bytes, created_ms: int) -> bytes:
+        """The stored `[time, record]` entry of a body, without the C pass."""
+        try:
+            record: Any = orjson.loads(json)
+        except orjson.JSONDecodeError as e:
+            raise InvalidMessage("json", f"body is not JSON: {e}") from None
+        if not isinstance(record, dict):
+            raise InvalidMessage("json", f"body is a JSON {type(record).__name__}, not an object")
+        seconds, nanos = event_time_of(record, created_ms)
+        return pack_entry(seconds, nanos, record)
 
     def _names_of(self, app_env: bytes, topic: bytes) -> tuple[str, str, str]:
         names = (app_env.decode(), topic.decode(), f"logjam.{app_env.decode()}.{topic.decode()}")
