@@ -28,7 +28,8 @@ STARTED_AT = st.sampled_from(["2026-11-22T03:00:00+01:00", "2026-11-22T03:00:00.
                               "2026-11-22 03:00:00", "20261122T030000", "1969-12-31T23:59:59Z", "nope", "",
                               "2026-W47-7", "2026-11-22T03:00:00.1234567891+05:30"]) | st.text(max_size=30)
 STARTED_MS = (st.integers(-10, 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.booleans() | st.none()
-              | st.text(max_size=3) | st.just(2**52 - 1) | st.just(2**52) | st.just(2**64 - 1))
+              | st.text(max_size=3) | st.just(2**52 - 1) | st.just(2**52) | st.just(2**64 - 1)
+              | st.sampled_from([[], {}, [1], {"a": 1}]))
 
 
 def outcome(decoder: MessageDecoder, body: bytes, compression: int, created_ms: int) -> Any:
@@ -72,7 +73,7 @@ def test_arbitrary_bytes_give_the_python_paths_answer(body: bytes) -> None:
     assert_same(body)
 
 
-@given(STARTED_AT | st.integers() | st.none(), STARTED_MS, st.integers(1, 2**45))  # 0: the time of receipt
+@given(STARTED_AT | st.integers() | st.none() | st.sampled_from([[], {}, ["x"]]), STARTED_MS, st.integers(1, 2**45))  # 0: the time of receipt
 def test_started_at_and_started_ms_as_the_python_path_reads_them(started_at: Any, started_ms: Any,
                                                                  created_ms: int) -> None:
     body = dumps({"action": "a#b", "started_at": started_at, "started_ms": started_ms})

@@ -168,7 +168,8 @@ TIMESTAMPS = st.from_regex(
     | st.text(max_size=32)
 
 
-@given(st.lists(TIMESTAMPS | st.integers() | st.none(), min_size=1, max_size=8))
+@given(st.lists(TIMESTAMPS | st.integers() | st.none() | st.sampled_from([[], {}, [1], {"a": "b"}, 1.5, True]),
+                min_size=1, max_size=8))
 def test_timestamps_as_the_python_path_reads_them(stamps: list[Any]) -> None:
     inner = j_frames([dumps({"@timestamp": t, "n": i}) for i, t in enumerate(stamps)])
     assert_same(inner, len(stamps))

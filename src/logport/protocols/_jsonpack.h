@@ -214,6 +214,7 @@ static long jp_open(jp_buf *b, unsigned char map) {
     f->pos = b->len;
     f->count = 0;
     f->map = map;
+    b->data[b->len] = 0xc1; /* never used in msgpack: a value's span noted in the record is no str or number */
     b->len += JP_PLACEHOLDER;
     return (long)b->nfix++;
 }
@@ -332,10 +333,48 @@ static int jp_hex4(const unsigned char *p, const unsigned char *end, uint32_t *o
     return 0;
 }
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* The first byte at or after q that is a quote, a backslash, a control byte or not ASCII (or a position
+ * less than 16 bytes before end): whole blocks of plain string bytes are skipped without a byte loop. */
+static inline const unsigned char *jp_skip_plain(const unsigned char *q, const unsigned char *end);
+
+/* Whether any of 8 bytes is a quote, a backslash, a control byte or not ASCII (SWAR: no byte loop). */
+static inline uint64_t jp_special8(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t quote = v ^ (ones * '"'), backslash = v ^ (ones * '\\');
+    return (v | ((v - ones * 0x20) & ~v) | ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash)) & high;
+}
+
+static inline const unsigned char *jp_skip_plain(const unsigned char *q, const unsigned char *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - q >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)q);
+        /* signed: bytes below 0x20 and from 0x80 up are both "less than" 0x20 */
+        int mask = _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                                  _mm_cmplt_epi8(v, space)));
+        if (mask)
+            return q + __builtin_ctz((unsigned)mask);
+        q += 16;
+    }
+#endif
+    while (end - q >= 8 && !jp_special8(q))
+        q += 8;
+    return q;
+}
+
 /* The JSON string at ps->p (its opening quote) as a msgpack str; *len gets the decoded length. */
 static int jp_string(jp_parser *ps, jp_buf *b, size_t *len) {
     const unsigned char *s = ps->p + 1, *q = s, *end = ps->end;
-    while (q < end) {
+    for (;;) {
+        q = jp_skip_plain(q, end);
+        if (q >= end)
+            return -1;
         unsigned char c = *q;
         if (c == '"')
             break;
@@ -352,8 +391,6 @@ static int jp_string(jp_parser *ps, jp_buf *b, size_t *len) {
             return -1;
         q += n;
     }
-    if (q >= end)
-        return -1;
     *len = (size_t)(q - s);
     ps->p = q + 1;
     return jp_str(b, s, *len);
@@ -547,7 +584,7 @@ static int jp_push_key(jp_parser *ps, const jp_buf *b, size_t off, size_t len) {
     k->buf = b;
     k->off = off;
     k->len = len;
-    k->hash = jp_hash(b->data + off, len);
+    k->hash = 0; /* hashed only when an object has many keys (jp_unique_keys) */
     return 0;
 }
 
@@ -570,10 +607,13 @@ static int jp_unique_keys(jp_parser *ps, size_t from) {
     if (n <= 16) {
         for (size_t i = 1; i < n; i++)
             for (size_t j = 0; j < i; j++)
-                if (jp_same_key(&keys[i], &keys[j]))
+                if (keys[i].len == keys[j].len &&
+                    memcmp(keys[i].buf->data + keys[i].off, keys[j].buf->data + keys[j].off, keys[i].len) == 0)
                     return -1;
         return 0;
     }
+    for (size_t i = 0; i < n; i++)
+        keys[i].hash = jp_hash(keys[i].buf->data + keys[i].off, keys[i].len);
     qsort(keys, n, sizeof(*keys), jp_key_cmp);
     for (size_t i = 1; i < n; i++)
         if (jp_same_key(&keys[i], &keys[i - 1]))
