@@ -81,6 +81,22 @@ def test_started_at_and_started_ms_as_the_python_path_reads_them(started_at: Any
     assert scanned(body) is not None
 
 
+@given(st.text(max_size=300), st.text(max_size=20), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1), st.sampled_from(["router", "pull", "sub"]), st.integers(0, 70_000))
+def test_stored_body_is_encode_batch(peer: str, env: str, device: int, sequence: int, created_ms: int,
+                                     received_on: str, size: int) -> None:
+    from logport.batch import encode_batch
+
+    decoder = MessageDecoder(LogjamConfig())
+    entry = (b"\x92" + bytes(size % 7), b"e" * size)
+    tag = f"logjam.app-{env}.logs"
+    option = {"size": 1, "source": "logjam", "peer": peer, "app_env": f"app-{env}", "topic": "logs",
+              "device": device, "sequence": sequence, "created_ms": created_ms, "received_on": received_on}
+    for _ in range(2):  # built, then from the cache
+        assert decoder.stored_body(tag, entry, peer, f"app-{env}", "logs", device, sequence, created_ms,
+                                   received_on) == encode_batch(tag, b"".join(entry), option)
+
+
 @given(OBJECTS)
 def test_the_c_pass_takes_every_json_object_without_duplicate_keys(record: dict[str, Any]) -> None:
     assert scanned(dumps(record)) is not None
