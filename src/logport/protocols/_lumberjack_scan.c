@@ -462,7 +462,9 @@ static PyObject *decode_window(PyObject *module, PyObject *args) {
     batches bs = {0};
     int ok = -1;
     uint32_t last_seq = 0;
-    if (expected > 0 && lo >= 0 && lo < hi && hi <= expected && expected <= PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(frame)) {
+    /* a frame has at least 10 bytes: a window announcing more frames than that is not this window (and a
+     * W frame's count must not size an allocation the bytes cannot back) */
+    if (expected > 0 && lo >= 0 && lo < hi && hi <= expected && expected <= inner.len / 10) {
         frames = PyMem_RawMalloc((size_t)expected * sizeof(frame));
         if (frames == NULL) {
             PyErr_NoMemory();
