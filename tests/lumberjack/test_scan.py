@@ -318,3 +318,41 @@ def test_max_body_splits_runs_as_the_python_path() -> None:
     for max_body in (1, 20, 100, 1000):
         result = assert_same(j_frames(docs), 50, max_body=max_body)
         assert sum(n for _, _, n in result[0]) == 50
+
+
+# --- windows of J frames parsed one by one (no C frame right after its W): build_batches ---
+
+
+def batches_outcome(fn: Any, events: list[tuple[int, Any]], max_body: int, tag_from_beat: bool) -> Any:
+    try:
+        return fn(events, tag="beats", tag_from_beat=tag_from_beat, peer=PEER, max_body=max_body,
+                  received_ns=RECEIVED_NS)
+    except LogportError as e:
+        return type(e), str(e)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), event_text() | OBJECTS.map(dumps)), min_size=1, max_size=5),
+       st.integers(1, 400), st.booleans())
+def test_build_batches_of_j_frames_as_the_python_path(events: list[tuple[int, bytes]], max_body: int,
+                                                      tag_from_beat: bool) -> None:
+    assert batches_outcome(server.build_batches, events, max_body, tag_from_beat) == \
+        batches_outcome(server.build_batches_in_python, events, max_body, tag_from_beat)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), OBJECTS.map(dumps) | st.dictionaries(KEYS, st.text(max_size=5))),
+                min_size=1, max_size=5))
+def test_build_batches_with_d_frame_fields_among_them(events: list[tuple[int, Any]]) -> None:
+    copy = [(s, dict(f) if isinstance(f, dict) else f) for s, f in events]  # build_batches pops @metadata
+    assert batches_outcome(server.build_batches, events, 1 << 20, True) == \
+        batches_outcome(server.build_batches_in_python, copy, 1 << 20, True)
+
+
+def test_the_c_pass_takes_a_window_of_j_frames() -> None:
+    assert server._scan_events is not None
+    events = [(i, dumps({"@timestamp": "2026-11-22T04:00:00.5Z", "@metadata": {"beat": "fb"}, "n": i}))
+              for i in range(1, 100)]
+    scanned_batches = server._scan_events(events, b"beats", True, PEER.encode(), 1 << 20, 1, 2)
+    assert scanned_batches is not None
+    assert [(t, b, n) for t, b, n in scanned_batches] == server.build_batches_in_python(
+        events, tag="beats", tag_from_beat=True, peer=PEER, max_body=1 << 20, received_ns=1_000_000_002)
+    assert server._scan_events([(1, {"a": "b"})], b"beats", True, PEER.encode(), 1 << 20, 1, 2) is None

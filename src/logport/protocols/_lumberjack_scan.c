@@ -16,7 +16,8 @@
 #define MAX_EVENT_DEPTH 512 /* batch.MAX_NESTING_DEPTH: the record nests that deep, @metadata one less */
 
 typedef struct {
-    const unsigned char *start; /* the frame's first byte */
+    const unsigned char *start; /* the frame's first byte (D frames) */
+    const unsigned char *payload; /* a J frame's JSON */
     uint32_t seq;
     unsigned char kind;
     uint32_t length;            /* J: payload bytes; D: pairs */
@@ -35,6 +36,7 @@ static int walk_frames(const unsigned char *p, const unsigned char *end, frame *
             return -1;
         frame *f = &frames[n++];
         f->start = p;
+        f->payload = p + 10;
         f->kind = p[1];
         f->seq = be32(p + 2);
         f->length = be32(p + 6);
@@ -382,7 +384,7 @@ static int pack_events(const frame *frames, Py_ssize_t lo, Py_ssize_t hi, const 
         const frame *f = &frames[i];
         record.len = record.nfix = meta.len = meta.nfix = 0;
         if (f->kind == 'J') {
-            if (jp_top_object(&ps, f->start + 10, f->start + 10 + f->length, &record, &top))
+            if (jp_top_object(&ps, f->payload, f->payload + f->length, &record, &top))
                 goto done;
         } else if (d_frame_record(&ps, f, &record, &top)) {
             goto done;
@@ -448,6 +450,24 @@ done:
     return result;
 }
 
+/* [(tag or None for the configured one, body, count)] */
+static PyObject *batch_list(const batches *bs) {
+    PyObject *list = PyList_New((Py_ssize_t)bs->n);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < bs->n; i++) {
+        const batch *b = &bs->items[i];
+        PyObject *item = Py_BuildValue("(z#y#I)", (const char *)b->tag, (Py_ssize_t)b->tag_len,
+                                       (const char *)b->body, (Py_ssize_t)b->size, b->count);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
 static PyObject *decode_window(PyObject *module, PyObject *args) {
     Py_buffer inner, tag, peer;
     Py_ssize_t expected, lo, hi, max_body, limit;
@@ -485,25 +505,72 @@ static PyObject *decode_window(PyObject *module, PyObject *args) {
         result = Py_NewRef(Py_None);
         goto out;
     }
-    PyObject *list = PyList_New((Py_ssize_t)bs.n);
-    if (list == NULL)
-        goto out;
-    for (size_t i = 0; i < bs.n; i++) {
-        batch *b = &bs.items[i];
-        /* None: the configured tag (the caller has it as str) */
-        PyObject *item = Py_BuildValue("(z#y#I)", (const char *)b->tag, (Py_ssize_t)b->tag_len,
-                                       (const char *)b->body, (Py_ssize_t)b->size, b->count);
-        if (item == NULL) {
-            Py_DECREF(list);
-            goto out;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
-    result = Py_BuildValue("(NIn)", list, last_seq, inner.len);
+    PyObject *list = batch_list(&bs);
+    if (list != NULL)
+        result = Py_BuildValue("(NIn)", list, last_seq, inner.len);
 out:
     batches_free(&bs);
     PyMem_RawFree(frames);
     PyBuffer_Release(&inner);
+    PyBuffer_Release(&tag);
+    PyBuffer_Release(&peer);
+    return result;
+}
+
+static PyObject *pack_json_events(PyObject *module, PyObject *args) {
+    PyObject *events;
+    Py_buffer tag, peer;
+    Py_ssize_t max_body;
+    int tag_from_beat;
+    long long default_s;
+    unsigned long default_ns;
+    if (!PyArg_ParseTuple(args, "O!y*py*nLk:pack_json_events", &PyList_Type, &events, &tag, &tag_from_beat, &peer,
+                          &max_body, &default_s, &default_ns))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events), held = 0;
+    frame *frames = n > 0 ? PyMem_RawMalloc((size_t)n * sizeof(frame)) : NULL;
+    PyObject **payloads = n > 0 ? PyMem_RawMalloc((size_t)n * sizeof(PyObject *)) : NULL;
+    batches bs = {0};
+    int ok = -1;
+    if (n > 0 && (frames == NULL || payloads == NULL)) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; held < n; held++) {
+        PyObject *item = PyList_GET_ITEM(events, held);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 1)))
+            break; /* a D frame's dict: the Python path */
+        unsigned long seq = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 0));
+        if (PyErr_Occurred() || seq > 0xffffffffu) {
+            PyErr_Clear();
+            break;
+        }
+        PyObject *payload = PyTuple_GET_ITEM(item, 1);
+        if ((size_t)PyBytes_GET_SIZE(payload) > 0xffffffffu)
+            break;
+        Py_INCREF(payload); /* the bytes stay whatever happens to the list while the GIL is released */
+        payloads[held] = payload;
+        frames[held].start = NULL;
+        frames[held].payload = (const unsigned char *)PyBytes_AS_STRING(payload);
+        frames[held].length = (uint32_t)PyBytes_GET_SIZE(payload);
+        frames[held].seq = (uint32_t)seq;
+        frames[held].kind = 'J';
+    }
+    if (n > 0 && held == n) {
+        settings cfg = {tag.buf, peer.buf, (size_t)tag.len, (size_t)peer.len, tag_from_beat,
+                        (uint64_t)max_body, default_s, (uint32_t)default_ns, UINT64_MAX};
+        Py_BEGIN_ALLOW_THREADS
+        ok = pack_events(frames, 0, n, &cfg, &bs);
+        Py_END_ALLOW_THREADS
+    }
+    result = ok == 0 ? batch_list(&bs) : Py_NewRef(Py_None);
+out:
+    for (Py_ssize_t i = 0; i < held; i++)
+        Py_DECREF(payloads[i]);
+    batches_free(&bs);
+    PyMem_RawFree(frames);
+    PyMem_RawFree(payloads);
     PyBuffer_Release(&tag);
     PyBuffer_Release(&peer);
     return result;
@@ -515,6 +582,10 @@ static PyMethodDef methods[] = {
      "max_payload_size) -> (batches, last seq, bytes) | None: events [lo, hi) of a C frame's inflated bytes "
      "that hold exactly `expected` J/D frames, as build_batches makes them (a batch's tag None: the configured "
      "one); None when the Python path must decide. tag and peer are UTF-8 (surrogateescape) bytes."},
+    {"pack_json_events", pack_json_events, METH_VARARGS,
+     "pack_json_events(events, tag, tag_from_beat, peer, max_body, default_s, default_ns) -> batches | None: "
+     "build_batches for a window of (seq, J frame JSON bytes) events; None when the Python path must decide "
+     "(a D frame's dict among them, anything decode_window declines)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,3 +12,13 @@ def decode_window(
     max_payload_size: int,
     /,
 ) -> tuple[list[tuple[str | None, bytes, int]], int, int] | None: ...
+def pack_json_events(
+    events: list[tuple[int, object]],
+    tag: bytes,
+    tag_from_beat: bool,
+    peer: bytes,
+    max_body: int,
+    default_s: int,
+    default_ns: int,
+    /,
+) -> list[tuple[str | None, bytes, int]] | None: ...

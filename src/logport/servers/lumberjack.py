@@ -48,10 +48,12 @@ from logport.workers import WorkerPool
 log = logging.getLogger("logport.lumberjack")
 
 _scan_window: Callable[..., tuple[list[tuple[str | None, bytes, int]], int, int] | None] | None
+_scan_events: Callable[..., list[tuple[str | None, bytes, int]] | None] | None
 try:
     from logport.protocols._lumberjack_scan import decode_window as _scan_window
+    from logport.protocols._lumberjack_scan import pack_json_events as _scan_events
 except ImportError:  # installed without a C compiler: windows are decoded in Python
-    _scan_window = None
+    _scan_window = _scan_events = None
 
 SOURCE = "lumberjack"
 # windows decoded but not yet stored, per connection, before reading pauses (back-pressure)
@@ -179,13 +181,27 @@ def decode_window_in_python(compressed: Compressed, limits: Limits, window_size:
         return None
     frames, size = inflated
     share = frames[window_size * part // parts : window_size * (part + 1) // parts]
-    batches = build_batches(share, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
-                            received_ns=received_ns)
+    batches = build_batches_in_python(share, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                                      received_ns=received_ns)
     return batches, share[-1][0], size
 
 
 def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
                   max_body: int, received_ns: int) -> Batches:
+    """build_batches_in_python's batches, from the C pass (`_lumberjack_scan`) for a window of J frames
+    (their JSON bytes) that it takes, else from build_batches_in_python itself (the reference)."""
+    if _scan_events is not None and events:
+        default_s, default_ns = divmod(received_ns, 1_000_000_000)
+        scanned = _scan_events(events, tag.encode("utf-8", "surrogateescape"), tag_from_beat,
+                               peer.encode("utf-8", "surrogateescape"), max_body, default_s, default_ns)
+        if scanned is not None:
+            return [(tag if batch_tag is None else batch_tag, body, count) for batch_tag, body, count in scanned]
+    return build_batches_in_python(events, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                                   received_ns=received_ns)
+
+
+def build_batches_in_python(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
+                            max_body: int, received_ns: int) -> Batches:
     """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
 
     The record is the event without `@metadata`, which goes into the option;
