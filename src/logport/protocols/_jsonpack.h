@@ -52,8 +52,16 @@ typedef struct {
     size_t nkeys, capkeys;
     char *num;        /* scratch for strtod */
     size_t capnum;
-    locale_t c_locale;
 } jp_parser;
+
+/* The "C" locale for strtod_l (a decimal point whatever the process's LC_NUMERIC), made once at import. */
+static locale_t jp_c_locale = (locale_t)0;
+
+static int jp_init(void) {
+    if (jp_c_locale == (locale_t)0)
+        jp_c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    return jp_c_locale == (locale_t)0 ? -1 : 0;
+}
 
 static void jp_buf_free(jp_buf *b) {
     free(b->data);
@@ -558,7 +566,7 @@ static int jp_number(jp_parser *ps, jp_buf *b) {
     memcpy(ps->num, s, n);
     ps->num[n] = 0;
     char *stop;
-    double d = strtod_l(ps->num, &stop, ps->c_locale);
+    double d = strtod_l(ps->num, &stop, jp_c_locale);
     if (stop != ps->num + n || !isfinite(d))
         return -1; /* infinity: orjson refuses it */
     return jp_float(b, d);
@@ -838,15 +846,12 @@ static int jp_top_object(jp_parser *ps, const unsigned char *p, const unsigned c
 static int jp_parser_init(jp_parser *ps, int max_depth) {
     memset(ps, 0, sizeof(*ps));
     ps->max_depth = max_depth;
-    ps->c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
-    return ps->c_locale == (locale_t)0 ? -1 : 0;
+    return jp_c_locale == (locale_t)0 ? -1 : 0; /* jp_init() at import */
 }
 
 static void jp_parser_free(jp_parser *ps) {
     free(ps->keys);
     free(ps->num);
-    if (ps->c_locale != (locale_t)0)
-        freelocale(ps->c_locale);
     memset(ps, 0, sizeof(*ps));
 }
 

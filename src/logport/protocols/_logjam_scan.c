@@ -109,5 +109,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "logport.protocols._logjam_scan", NULL, 0, methods};
 
 PyMODINIT_FUNC PyInit__logjam_scan(void) {
+    if (jp_init()) {
+        PyErr_SetString(PyExc_ImportError, "no C locale for strtod_l");
+        return NULL;
+    }
     return PyModule_Create(&module);
 }

@@ -592,5 +592,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "logport.protocols._lumberjack_scan", NULL, 0, methods};
 
 PyMODINIT_FUNC PyInit__lumberjack_scan(void) {
+    if (jp_init()) {
+        PyErr_SetString(PyExc_ImportError, "no C locale for strtod_l");
+        return NULL;
+    }
     return PyModule_Create(&module);
 }
