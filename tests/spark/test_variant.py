@@ -298,3 +298,44 @@ def test_python_path_alone_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(columns, "encode_entries", None)
     without = [rb.to_pylist() for body in bodies for rb in frames_to_batches("s", [(0, 0, body)])]
     assert with_c == without
+
+
+frame_kinds = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["a", "b", "web.access"]), st.sampled_from([None, "forward", "logjam", 7]),
+                  st.integers(0, 5), st.integers(0, 3)),
+        st.binary(max_size=30),  # opaque
+    ),
+    min_size=1, max_size=12)
+
+
+@given(frame_kinds, st.integers(1, 40))
+def test_many_frames_in_one_batch_keep_each_rows_tag_source_option_and_time(kinds, rows_per_batch) -> None:  # type: ignore[no-untyped-def]
+    """The columns a frame's rows share (offset, index, tag, source, option) are built per frame, and a time
+    of an opaque row is null: across frames of different kinds, batches cut anywhere, as `logport cat`."""
+    stored = []
+    offset = 0
+    for k, kind in enumerate(kinds):
+        if isinstance(kind, bytes):
+            body = kind
+        else:
+            tag, source, n, seq = kind
+            option = {"size": n, "sequence": seq} | ({} if source is None else {"source": source})
+            body = encode_batch(tag, [(1_795_000_000 + k, i, {"k": k, "i": i}) for i in range(n)], option)
+        stored.append((offset, 0, body))
+        offset += 8 + len(body)
+    cat = [orjson.loads(dumps_event(obj)) for o, _, body in stored for obj in event_objects("s", o, body)]
+    for layout in (None, Layout("json")):
+        rows = [row for rb in frames_to_batches("s", stored, rows_per_batch, layout) for row in rb.to_pylist()]
+        assert len(rows) == len(cat)
+        for row, obj in zip(rows, cat, strict=True):
+            assert (row["segment"], row["offset"], row["index"]) == (obj["segment"], obj["offset"], obj["index"])
+            if "raw" in obj:
+                assert row["time_ns"] is None and row["time"] is None and row["tag"] is None
+                assert row["source"] is None and row["option"] is None
+                continue
+            assert (row["tag"], row["time_ns"], row["source"]) == (obj["tag"], obj["time_ns"],
+                                                                   obj["option"].get("source") if isinstance(
+                                                                       obj["option"].get("source"), str) else None)
+            option = variant_value(row["option"]) if layout is None else orjson.loads(row["option"])
+            assert option == obj["option"]

@@ -42,13 +42,33 @@ class _FrameStitcher:
     def read_at(self) -> int:
         return self.pos + len(self.leftover)
 
-    def feed(self, data: bytes) -> Iterator[tuple[int, int, memoryview]]:
-        data = self.leftover + data if self.leftover else data
+    def feed(self, data: bytes | memoryview) -> Iterator[tuple[int, int, memoryview]]:
+        if self.leftover:  # a frame begun in the last read: only its own bytes are joined, not all of `data`
+            leftover = self.leftover
+            data = memoryview(data)
+            if len(leftover) < frames.HEADER_SIZE:
+                take = frames.HEADER_SIZE - len(leftover)
+                leftover, data = leftover + bytes(data[:take]), data[take:]
+            if len(leftover) >= frames.HEADER_SIZE:
+                frame_type, length = frames.HEADER.unpack_from(leftover, 0)
+                take = frames.HEADER_SIZE + length - len(leftover)
+                if take <= len(data):
+                    whole = leftover + bytes(data[:take])
+                    data = data[take:]
+                    self.leftover = b""
+                    yield self.pos, frame_type, memoryview(whole)[frames.HEADER_SIZE :]
+                    self.pos += len(whole)
+                else:
+                    self.leftover = leftover + bytes(data)
+                    return
+            else:
+                self.leftover = leftover
+                return
         consumed = 0
         for offset, frame_type, body in frames.iter_frames(data, self.pos):
             consumed = offset - self.pos + frames.HEADER_SIZE + len(body)
             yield offset, frame_type, body
-        self.leftover = data[consumed:]
+        self.leftover = bytes(data[consumed:])
         self.pos += consumed
 
 class SegmentRequestFailed(errors.LogportError):
@@ -98,7 +118,8 @@ def parse_server(server: str, default_port: int = DEFAULT_PORT) -> tuple[str, in
 
 
 CHECK_READS = 4  # windows BlockingSegmentClient.could_start_frame reads
-READS_AHEAD = 3  # reads BlockingSegmentClient.iter_frames asks for at once
+READS_AHEAD = 3  # reads BlockingSegmentClient.iter_frames and SegmentReader.frames ask for at once
+_SPARE_REFS = 3  # sys.getrefcount of a spare buffer nothing else holds: the list, the loop, the call
 
 
 class _ReadEnough(Exception):
@@ -299,8 +320,18 @@ class BlockingSegmentClient:
 # --- asyncio plumbing shared by the appender and the reader ---
 
 
-class _ClientProtocol(asyncio.Protocol):
-    """Feeds a sans-IO client connection; hands each reply to `on_message`."""
+class _ClientProtocol(asyncio.BufferedProtocol):
+    """Frames the server's messages and hands each to `on_message`.
+
+    A SegmentRead of IN_PLACE bytes or more is received straight into a buffer of its own size and handed on
+    with its data a view of that buffer: the only copy of a reply's bytes on this side is the kernel's. Every
+    other message (and a small SegmentRead) goes whole through the sans-IO connection, as before.
+    """
+
+    IN_PLACE = 64 * 1024
+    SCRATCH = 256 * 1024
+    SPARES = 4
+    SPARE_SIZE = 2 * 1024 * 1024 + 4096  # a 2 MiB reply (the server's read_reply_max) and its fields
 
     def __init__(self, on_message: Any, on_lost: Any) -> None:
         self.conn = sp.Connection(sp.Role.CLIENT)
@@ -311,6 +342,11 @@ class _ClientProtocol(asyncio.Protocol):
         self.can_write.set()
         self.closed = False
         self.last_received = time.monotonic()
+        self._scratch = memoryview(bytearray(self.SCRATCH))
+        self._pending = bytearray()  # the start of a message that is not received whole yet
+        self._body: memoryview | None = None  # a large SegmentRead's body, received in place
+        self._spares: list[bytearray] = []  # buffers of bodies handed on, taken again once nothing uses them
+        self._body_filled = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
@@ -321,18 +357,93 @@ class _ClientProtocol(asyncio.Protocol):
             except OSError:
                 pass
 
-    def data_received(self, data: bytes) -> None:
+    def _body_buffer(self, length: int) -> memoryview:
+        """A buffer of `length` bytes for a reply's body: a spare one that nothing refers to any more (the frames
+        handed out of it are views that hold it), else a new one. A new 2 MiB bytearray is zeroed and faults in
+        each of its pages: reusing one took a third of this side's CPU off."""
+        spares = self._spares
+        for i in range(len(spares)):
+            spare = spares[i]
+            if len(spare) >= length and sys.getrefcount(spare) <= _SPARE_REFS:
+                del spares[i]
+                break
+        else:
+            spare = bytearray(max(length, self.SPARE_SIZE))
+            if len(self._spares) >= self.SPARES:
+                self._spares.pop(0)
+        self._spares.append(spare)
+        return memoryview(spare)[:length]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None:
+            return self._body[self._body_filled :]
+        return self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_received = time.monotonic()
-        self.conn.receive_data(data)
         try:
-            while True:
-                event = self.conn.next_event()
-                if event is sp.NEED_DATA:
-                    return
-                self.on_message(event)
+            if self._body is not None:
+                self._body_filled += nbytes
+                if self._body_filled == len(self._body):
+                    body, self._body = self._body, None
+                    self.on_message(sp.decode_segment_read(body))
+                return
+            self._frame(self._scratch[:nbytes])
         except errors.RemoteProtocolError as e:
             self.on_lost(e)
             self.abort()
+
+    def _frame(self, data: memoryview) -> None:
+        """Whole messages out of `data` (after what is pending); the rest waits for more."""
+        limit = self.conn.limits.max_message_size
+        if self._pending:  # complete the pending message alone (not all of it again per chunk)
+            pending = self._pending
+            take = sp.HEADER_SIZE - len(pending) if len(pending) < sp.HEADER_SIZE else 0
+            pending += data[:take]
+            data = data[take:]
+            if len(pending) < sp.HEADER_SIZE:
+                return
+            type_code, length = sp.HEADER.unpack_from(pending, 0)
+            if type_code == sp.SegmentRead.TYPE and length >= self.IN_PLACE or length > limit:
+                data = memoryview(bytes(pending) + bytes(data))  # a header only: the loop below takes it
+                self._pending = bytearray()
+            else:
+                take = sp.HEADER_SIZE + length - len(pending)
+                pending += data[:take]
+                data = data[take:]
+                if len(pending) < sp.HEADER_SIZE + length:
+                    return
+                self._pending = bytearray()
+                self.conn.receive_data(bytes(pending))
+                while (event := self.conn.next_event()) is not sp.NEED_DATA:
+                    self.on_message(event)
+        pos, end = 0, len(data)
+        while end - pos >= sp.HEADER_SIZE:
+            type_code, length = sp.HEADER.unpack_from(data, pos)
+            if type_code == sp.SegmentRead.TYPE and length >= self.IN_PLACE:
+                if length > limit:
+                    raise errors.LimitExceeded("message", length, "max_message_size", limit)
+                have = min(length, end - pos - sp.HEADER_SIZE)
+                body = self._body_buffer(length)
+                body[:have] = data[pos + sp.HEADER_SIZE : pos + sp.HEADER_SIZE + have]
+                pos += sp.HEADER_SIZE + have
+                if have < length:  # the rest comes straight into it
+                    self._body, self._body_filled = body, have
+                    return
+                self.on_message(sp.decode_segment_read(body))
+                continue
+            stop = pos + sp.HEADER_SIZE + length
+            if stop > end:
+                if type_code != sp.SegmentRead.TYPE and length > limit:
+                    self.conn.receive_data(bytes(data[pos:]))  # the connection names the limit
+                    self.conn.next_event()
+                break
+            self.conn.receive_data(bytes(data[pos:stop]))
+            while (event := self.conn.next_event()) is not sp.NEED_DATA:
+                self.on_message(event)
+            pos = stop
+        if pos < end:
+            self._pending += data[pos:]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -797,25 +908,91 @@ class SegmentReader:
 
     async def frames(self, segment: str, offset: int | None = None, *, follow: bool = False,
                      wait: float = 30.0) -> AsyncIterator[tuple[int, int, memoryview]]:
-        """(offset, type, body) of each whole frame from `offset`; with `follow`, wait for more at the tail."""
+        """(offset, type, body) of each whole frame from `offset`; with `follow`, wait for more at the tail.
+
+        Below the end the segment had when this began, up to READS_AHEAD reads are asked for at once, so the
+        server reads and sends the next range while this side cuts the last one into frames; past it (at the
+        tail) one read at a time, each waiting for the next append.
+        """
+        async for batch in self._frame_lists(segment, offset, follow, wait):
+            for frame in batch:
+                yield frame
+
+    async def _frame_lists(self, segment: str, offset: int | None, follow: bool,
+                           wait: float) -> AsyncIterator[list[tuple[int, int, memoryview]]]:
+        """`frames`, a reply's frames at a time: one async step per reply, not per frame (at 1 KiB events a
+        tail reader spent more time stepping nested async generators than the hub took to append)."""
         start, end, sealed = await self.info(segment)
         stitch = _FrameStitcher(start if offset is None else offset)
         while True:
-            if not follow and stitch.read_at >= end:
-                return
-            length = self.read_size if follow else min(self.read_size, end - stitch.read_at)
-            try:
-                reply = await self.read(segment, stitch.read_at, length, wait=wait if follow else 0.0)
-            except (ConnectionError, TimeoutError):
-                if not follow:
-                    raise
-                await self._reconnect()
-                stitch.leftover = b""  # read again from the last whole frame
+            if stitch.read_at < end:
+                try:
+                    async for batch in self._frames_below(segment, stitch, end):
+                        yield batch
+                except (ConnectionError, TimeoutError):
+                    if not follow:
+                        raise
+                    await self._reconnect()
+                    stitch.leftover = b""  # read again from the last whole frame
+                    continue
+                if stitch.read_at < end and not follow:
+                    return
                 continue
-            for frame in stitch.feed(reply.data):
-                yield frame
+            if not follow:
+                return
+            try:
+                reply = await self.read(segment, stitch.read_at, self.read_size, wait=wait)
+            except (ConnectionError, TimeoutError):
+                await self._reconnect()
+                stitch.leftover = b""
+                continue
+            yield list(stitch.feed(reply.data))
             if reply.end_of_segment:
                 return
+
+    async def _frames_below(self, segment: str, stitch: _FrameStitcher,
+                            end: int) -> AsyncIterator[list[tuple[int, int, memoryview]]]:
+        """The frames of [stitch.read_at, end) (as far as the segment still has them), with reads asked for
+        ahead; their replies may interleave (the server answers reads concurrently), each carries its offset,
+        which puts it in place. A read that fails closes the connection (replies to the reads asked for after
+        it would follow): the frames before it come first, then the error."""
+        if self._protocol is None:
+            await self.connect()
+        protocol = self._protocol
+        assert protocol is not None
+        asked: collections.deque[tuple[int, int]] = collections.deque()
+        early: dict[int, sp.SegmentRead] = {}
+        next_at = stitch.read_at
+        try:
+            while stitch.read_at < end:
+                while len(asked) < READS_AHEAD and next_at < end:
+                    length = min(self.read_size, end - next_at)
+                    protocol.send(sp.ReadSegment(segment, next_at, length, 0))
+                    asked.append((next_at, length))
+                    next_at += length
+                if not asked:
+                    return
+                at, length = asked.popleft()
+                got, at_tail = 0, False
+                while got < length and not at_tail:
+                    reply = early.pop(at + got, None)
+                    if reply is None:
+                        received = await self._receive()
+                        if not isinstance(received, sp.SegmentRead) or received.segment != segment:
+                            raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
+                        if received.offset != at + got:
+                            early[received.offset] = received
+                            continue
+                        reply = received
+                    got += len(reply.data)
+                    at_tail = reply.at_tail
+                    yield list(stitch.feed(reply.data))
+                if at_tail and stitch.read_at < end:
+                    return  # truncated or cut short: the caller looks again
+            asked.clear()
+        finally:
+            if asked or early:  # replies still to come for reads not taken: the connection is out of step
+                await self.close()
 
     async def _reconnect(self) -> None:
         await self.close()
@@ -857,9 +1034,11 @@ class SegmentReader:
     async def events(self, segment: str, offset: int | None = None, *, follow: bool = False,
                      wait: float = 30.0) -> AsyncIterator[tuple[int, memoryview]]:
         """(offset, body) of each Event; the store's own records are skipped."""
-        async for frame_offset, frame_type, body in self.frames(segment, offset, follow=follow, wait=wait):
-            if frame_type == frames.EVENT:
-                yield frame_offset, body
+        event = frames.EVENT
+        async for batch in self._frame_lists(segment, offset, follow, wait):
+            for frame_offset, frame_type, body in batch:
+                if frame_type == event:
+                    yield frame_offset, body
 
     async def entries(self, segment: str, offset: int | None = None, *,
                       follow: bool = False) -> AsyncIterator[tuple[int, int, Entry | bytes]]:

@@ -488,6 +488,29 @@ def decode_body(type_code: int, body: bytes | memoryview) -> Message:
     return message
 
 
+def segment_read_fields(body: bytes | bytearray | memoryview) -> int:
+    """Where a SegmentRead body's data begins (after its segment name, offset and flags); 0 when the body
+    is too short to tell (decode_body then says what is wrong)."""
+    if len(body) < 2:
+        return 0
+    end = 2 + _U16.unpack_from(body, 0)[0] + 8 + 1
+    return end if end <= len(body) else 0
+
+
+def decode_segment_read(body: bytearray | memoryview) -> SegmentRead:
+    """A SegmentRead whose data is a view of `body`, not a copy (a reply carries up to 2 MiB): the fields are
+    checked as decode_body checks them. The caller must not change `body` while the data is in use."""
+    fields = segment_read_fields(body)
+    view = memoryview(body)
+    if not fields:
+        message = decode_body(SegmentRead.TYPE, view)
+        assert isinstance(message, SegmentRead)
+        return message
+    head = decode_body(SegmentRead.TYPE, view[:fields])
+    assert isinstance(head, SegmentRead)
+    return SegmentRead(head.segment, head.offset, head.flags, view[fields:])  # type: ignore[arg-type]
+
+
 def _check_values(message: Message) -> None:
     if isinstance(message, ReadSegment):
         if message.offset < 0 or message.suggested_length < 0 or (message.wait_ms or 0) < 0:

@@ -327,9 +327,11 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         if head is None:
             raise ConnectionError("connection closed")
         type_code, length = sp.HEADER.unpack_from(head, 0)
-        transport.write(sp.HEADER.pack(type_code, length + len(data)) + head[sp.HEADER_SIZE :])
+        head = sp.HEADER.pack(type_code, length + len(data)) + head[sp.HEADER_SIZE :]
         if data:
-            transport.write(data)
+            transport.writelines([head, data])  # one writev for both
+        else:
+            transport.write(head)
         self.server.metrics.read_bytes.inc(len(data))
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define MAX_DEPTH 64
+#define SMALL_MAP 32 /* maps of up to this many fields keep their work arrays on the stack */
 #define SIZE_LIMIT (16u * 1024u * 1024u) /* Spark's VariantUtil.SIZE_LIMIT */
 #define BAIL 1
 #define FAIL (-1) /* out of memory: MemoryError once the GIL is held again */
@@ -304,9 +305,14 @@ static int read_str(const unsigned char **pp, const unsigned char *end, const un
 static int encode_map(Enc *e, const unsigned char **pp, uint64_t n, int depth) {
     if (depth >= MAX_DEPTH || n > (uint64_t)(e->end - *pp))
         return BAIL;
-    Field *fields = malloc((n ? n : 1) * sizeof(Field));
-    uint32_t *ids = malloc((n ? n : 1) * sizeof(uint32_t));
-    uint64_t *offs = malloc((n + 1) * sizeof(uint64_t));
+    /* a log record's map is small: its arrays on the stack, not three mallocs per map per row */
+    Field small_fields[SMALL_MAP];
+    uint32_t small_ids[SMALL_MAP];
+    uint64_t small_offs[SMALL_MAP + 1];
+    int heap = n > SMALL_MAP;
+    Field *fields = heap ? malloc(n * sizeof(Field)) : small_fields;
+    uint32_t *ids = heap ? malloc(n * sizeof(uint32_t)) : small_ids;
+    uint64_t *offs = heap ? malloc((n + 1) * sizeof(uint64_t)) : small_offs;
     int rc = 0;
     if (fields == NULL || ids == NULL || offs == NULL) {
         rc = FAIL;
@@ -350,9 +356,11 @@ static int encode_map(Enc *e, const unsigned char **pp, uint64_t n, int depth) {
     if (!rc)
         rc = finish_container(e->out, start, 1, n, ids, int_size((uint64_t)max_id), offs);
 done:
-    free(fields);
-    free(ids);
-    free(offs);
+    if (heap) {
+        free(fields);
+        free(ids);
+        free(offs);
+    }
     return rc;
 }
 

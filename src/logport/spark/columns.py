@@ -222,6 +222,33 @@ def _codec_entries(entries: bytes) -> tuple[list[int], list[Any], list[Any] | No
     return [e.time_ns for e in parsed], [e.record for e in parsed], metas if any(metas) else None
 
 
+_INDEXES = array.array("i", range(1 << 16))  # 0, 1, 2, ...: a frame's `index` column is a slice of it
+
+
+def _int_array(values: array.array[int], kind: pa.DataType) -> pa.Array:
+    """An Arrow array over an array.array's memory (no Python int per row)."""
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+class _Runs:
+    """A column whose rows come in runs of one value (a frame's tag, source or option on each of its rows):
+    the distinct values once, and an int32 index per row, added with C loops; `take` builds it in Arrow."""
+
+    def __init__(self) -> None:
+        self.values: dict[Any, int] = {}
+        self.indexes = array.array("i")
+
+    def add(self, value: Any, n: int) -> None:
+        k = self.values.get(value)
+        if k is None:
+            k = self.values[value] = len(self.values)
+        self.indexes += array.array("i", (k,)) * n
+
+    def array(self, kind: pa.DataType, convert: Callable[[Any], Any] | None = None) -> pa.Array:
+        distinct = list(self.values) if convert is None else [convert(v) for v in self.values]
+        return pa.array(distinct, kind).take(_int_array(self.indexes, pa.int32()))
+
+
 class ColumnBuilder:
     """Collects the rows of one segment's frames; `take()` returns them as an Arrow RecordBatch."""
 
@@ -235,13 +262,15 @@ class ColumnBuilder:
 
     def _clear(self) -> None:
         self.rows = 0
-        self.offset: list[int] = []
-        self.index: list[int] = []
-        self.tag: list[str | None] = []
-        self.time_ns: list[int | None] = []
+        self.offset = array.array("q")
+        self.index = array.array("i")
+        self.tag = _Runs()
+        self.time_ns = array.array("q")
+        self.time_nulls: list[int] = []  # rows whose time is null (opaque events)
         # JSON text; as VARIANT, the three columns are kept as Arrow arrays of a frame's rows each
         self.record: list[Any] = []
-        self.source: list[str | None] = []
+        self.source = _Runs()
+        self.option_runs = _Runs()  # as VARIANT: (value, metadata) of each frame's option
         self.meta: list[Any] = []
         self.option: list[Any] = []
         self.chunks: dict[str, list[pa.Array]] = {"record": [], "meta": [], "option": []}
@@ -278,11 +307,8 @@ class ColumnBuilder:
         if n == 0:
             return 0
         source = batch.option.get("source")
-        self.offset.extend([offset] * n)
-        self.index.extend(range(n))
-        self.tag.extend([batch.tag] * n)
+        self._add_runs(offset, n, batch.tag, source)
         self.time_ns.extend(times)
-        self.source.extend([source if isinstance(source, str) else None] * n)
         raw: list[bytes | None] = [None] * n
         for i, value in enumerate(values):
             if value is None:  # too large for a VARIANT: its msgpack bytes in `raw`, as an opaque event's
@@ -291,7 +317,7 @@ class ColumnBuilder:
         self.raw.extend(raw)
         if variant:
             self.chunks["record"].append(_variant_pairs(values))
-            self.chunks["option"].append(self._repeated_variant(batch.option, n))
+            self.option_runs.add(self._encoder.encode(batch.option), n)
             self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE) if metas is None else _variant_pairs(
                 [self._encoder.encode(m) if m else None for m in metas]))
         else:
@@ -314,22 +340,21 @@ class ColumnBuilder:
         if n == 0:
             return 0
         source = option.get("source")
-        self.offset.extend([offset] * n)
-        self.index.extend(range(n))
-        self.tag.extend([tag] * n)
-        self.time_ns.extend(array.array("q", times))
-        self.source.extend([source if isinstance(source, str) else None] * n)
+        self._add_runs(offset, n, tag, source)
+        self.time_ns.frombytes(times)
         self.raw.extend([None] * n)
         self.chunks["record"].append(_variant_buffers(n, values, value_offsets, metadata, metadata_offsets))
-        self.chunks["option"].append(self._repeated_variant(option, n))
+        self.option_runs.add(self._encoder.encode(option), n)
         self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE))
         self.rows += n
         return int(n)
 
-    def _repeated_variant(self, value: Any, n: int) -> pa.Array:
-        """A frame's option, the same on each of its n rows (small: Spark's limit cannot be reached)."""
-        encoded, metadata = self._encoder.encode(value)
-        return pa.repeat(pa.scalar({"value": encoded, "metadata": metadata}, type=VARIANT_TYPE), n)
+    def _add_runs(self, offset: int, n: int, tag: Any, source: Any) -> None:
+        """The columns one frame's n rows share: offset, tag, source; and index 0..n-1."""
+        self.offset += array.array("q", (offset,)) * n
+        self.index += _INDEXES[:n] if n <= len(_INDEXES) else array.array("i", range(n))
+        self.tag.add(tag, n)
+        self.source.add(source if isinstance(source, str) else None, n)
 
     def _variants(self, records: Sequence[Any]) -> list[tuple[bytes, bytes] | None]:
         """Each record's (value, metadata); None for one Spark would refuse as too large."""
@@ -344,37 +369,47 @@ class ColumnBuilder:
         return out
 
     def _add_opaque(self, offset: int, body: bytes | memoryview) -> None:
-        self.offset.append(offset)
-        self.index.append(0)
-        columns: list[list[Any]] = [self.tag, self.time_ns, self.record, self.source, self.meta, self.option,
-                                    *self.fields]
+        self._add_runs(offset, 1, None, None)
+        self.time_nulls.append(len(self.time_ns))
+        self.time_ns.append(0)
+        columns: list[list[Any]] = [self.record, self.meta, self.option, *self.fields]
         for column in columns:
             column.append(None)
-        for chunks in self.chunks.values():
-            chunks.append(pa.nulls(1, VARIANT_TYPE))
+        for name in ("record", "meta"):
+            self.chunks[name].append(pa.nulls(1, VARIANT_TYPE))
+        self.option_runs.add(None, 1)
         self.raw.append(bytes(body))
         self._raw_all_none = False
         self.rows += 1
 
     def _text_or_variant(self, name: str, values: list[Any], all_none: bool = False) -> pa.Array:
         if self.layout.variant:
+            if name == "option":
+                return self.option_runs.array(VARIANT_TYPE, _variant_struct)
             chunks = self.chunks[name]
-            return pa.concat_arrays(chunks) if chunks else pa.nulls(0, VARIANT_TYPE)
+            if all(c.null_count == len(c) for c in chunks):  # no meta in any frame: no concatenation
+                return pa.nulls(sum(len(c) for c in chunks), VARIANT_TYPE)
+            return pa.concat_arrays(chunks)
         n = len(values)
         return pa.nulls(n, pa.string()) if all_none else pa.array(values, pa.string())
 
     def take(self) -> pa.RecordBatch:
         n = self.rows
-        time_ns = pa.array(self.time_ns, pa.int64())
+        time_ns = _int_array(self.time_ns, pa.int64())
+        if self.time_nulls:
+            mask = [False] * n
+            for row in self.time_nulls:
+                mask[row] = True
+            time_ns = pc.if_else(pa.array(mask, pa.bool_()), pa.scalar(None, pa.int64()), time_ns)
         columns = [
             pa.repeat(pa.scalar(self.segment, pa.string()), n),
-            pa.array(self.offset, pa.int64()),
-            pa.array(self.index, pa.int32()),
-            pa.array(self.tag, pa.string()),
+            _int_array(self.offset, pa.int64()),
+            _int_array(self.index, pa.int32()),
+            self.tag.array(pa.string()),
             pc.divide(time_ns, 1000).cast(ARROW_SCHEMA.field("time").type),
             time_ns,
             self._text_or_variant("record", self.record),
-            pa.array(self.source, pa.string()),
+            self.source.array(pa.string()),
             self._text_or_variant("meta", self.meta, self._meta_all_none),
             self._text_or_variant("option", self.option),
             pa.nulls(n, pa.binary()) if self._raw_all_none else pa.array(self.raw, pa.binary()),
@@ -384,6 +419,10 @@ class ColumnBuilder:
                                                                                      strict=True)]
         self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _variant_struct(pair: tuple[bytes, bytes] | None) -> dict[str, bytes] | None:
+    return None if pair is None else {"value": pair[0], "metadata": pair[1]}
 
 
 def _variant_pairs(values: Sequence[tuple[bytes, bytes] | None]) -> pa.Array:

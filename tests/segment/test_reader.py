@@ -1,0 +1,150 @@
+"""The asyncio SegmentReader's receive path: replies framed in place, frames stitched across replies, reads
+asked for ahead and put back in order."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logport import errors
+from logport.clients.segment import SegmentReader, _ClientProtocol, _FrameStitcher
+from logport.hub import Hub
+from logport.protocols import segment as sp
+from logport.store import frames
+from logport.store.reader import DirectoryReader
+from tests.segment.test_server import hub_config
+
+BIG = _ClientProtocol.IN_PLACE
+
+
+def _replies() -> list[sp.Message]:
+    return [
+        sp.SegmentRead.make("s", 0, False, False, os.urandom(BIG + 17)),  # received in place
+        sp.KeepAlive(),
+        sp.SegmentRead.make("s", BIG + 17, False, False, b"small"),  # through the sans-IO connection
+        sp.SegmentInfoReply("s", 0, 99, False),
+        sp.SegmentRead.make("s", BIG + 22, True, True, bytes(range(256)) * (BIG // 128)),
+        sp.NoSuchSegment("t"),
+    ]
+
+
+class _Feed:
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.lost: list[BaseException] = []
+        self.protocol = _ClientProtocol(self.messages.append, self.lost.append)
+
+    def feed(self, data: bytes, cuts: list[int]) -> None:
+        """`data` as the loop would hand it over, in pieces ending at `cuts` (and never more than asked)."""
+        pos = 0
+        for stop in [*sorted(set(cuts)), len(data)]:
+            while pos < stop:
+                buffer = self.protocol.get_buffer(-1)
+                n = min(len(buffer), stop - pos)
+                buffer[:n] = data[pos : pos + n]
+                self.protocol.buffer_updated(n)
+                pos += n
+
+
+def _normal(message: Any) -> Any:
+    if isinstance(message, sp.SegmentRead):
+        return (message.segment, message.offset, message.flags, bytes(message.data))
+    return message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=4 * BIG), max_size=12))
+def test_replies_split_anywhere_come_out_whole(cuts: list[int]) -> None:
+    replies = _replies()
+    stream = b"".join(sp.encode(m) for m in replies)
+    feed = _Feed()
+    feed.feed(stream, [c for c in cuts if c < len(stream)])
+    assert not feed.lost
+    assert [_normal(m) for m in feed.messages] == [_normal(m) for m in replies]
+    assert isinstance(feed.messages[0].data, memoryview)  # the large one: no copy
+
+
+def test_a_reply_over_the_message_limit_is_refused_naming_it() -> None:
+    feed = _Feed()
+    limit = feed.protocol.conn.limits.max_message_size
+    feed.feed(sp.HEADER.pack(sp.SegmentRead.TYPE, limit + 1) + b"\0" * 100, [])
+    assert len(feed.lost) == 1 and isinstance(feed.lost[0], errors.LimitExceeded)
+    assert "max_message_size" in str(feed.lost[0]) and str(limit + 1) in str(feed.lost[0])
+    assert not feed.messages
+
+
+def test_a_malformed_large_reply_is_a_protocol_error() -> None:
+    feed = _Feed()
+    body = b"\xff\xff" + b"\0" * BIG  # a segment name longer than the body
+    feed.feed(sp.HEADER.pack(sp.SegmentRead.TYPE, len(body)) + body, [])
+    assert len(feed.lost) == 1 and isinstance(feed.lost[0], errors.RemoteProtocolError)
+
+
+def test_frames_held_stay_intact_while_buffers_are_reused() -> None:
+    """A reply's buffer is taken again only once nothing refers to it: frames a caller still holds keep
+    their bytes while later replies arrive."""
+    feed = _Feed()
+    held = []
+    for k in range(8):
+        data = bytes([k]) * (2 * BIG)
+        feed.feed(sp.encode(sp.SegmentRead.make("s", k * len(data), False, False, data)), [])
+        if k % 2 == 0:
+            held.append((k, feed.messages[-1].data))
+        feed.messages.clear()
+    for k, view in held:
+        assert bytes(view) == bytes([k]) * (2 * BIG)
+
+
+def _segment_bytes(sizes: list[int]) -> bytes:
+    return b"".join(frames.HEADER.pack(frames.EVENT if i % 3 else -1, n) + bytes([i % 251]) * n
+                    for i, n in enumerate(sizes))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=20),
+       st.lists(st.integers(min_value=0, max_value=6000), max_size=10))
+def test_stitched_frames_equal_the_frames_of_the_whole(sizes: list[int], cuts: list[int]) -> None:
+    data = _segment_bytes(sizes)
+    expect = [(o, t, bytes(b)) for o, t, b in frames.iter_frames(data, 1000)]
+    stitch = _FrameStitcher(1000)
+    got = []
+    points = [0, *sorted(c for c in set(cuts) if c < len(data)), len(data)]
+    for a, b in zip(points, points[1:], strict=False):
+        piece = memoryview(data)[a:b] if a % 2 else data[a:b]
+        got += [(o, t, bytes(body)) for o, t, body in stitch.feed(piece)]
+    assert got == expect
+    assert stitch.read_at == 1000 + len(data) and stitch.leftover == b""
+
+
+@pytest.mark.parametrize("read_size", [1000, 70_000, 4 << 20])
+async def test_reads_ahead_give_every_frame_in_order(tmp_path: Path, read_size: int) -> None:
+    """Catch-up asks for READS_AHEAD reads at once; the server answers them concurrently, in replies of up
+    to read_reply_max (here smaller than a read, so they interleave): the frames are the store's, in order."""
+    config = hub_config(tmp_path)
+    config.segment.read_reply_max = 64 * 1024 + 100
+    hub = Hub(config, serve_metrics=False)
+    await hub.start()
+    store = hub.runtime.store  # type: ignore[union-attr]
+    try:
+        await store.create("s")
+        bodies = [os.urandom((i * 7919) % 150_000) for i in range(60)]
+        for i in range(0, len(bodies), 7):
+            await store.append("s", bodies[i : i + 7])
+        async with SegmentReader("127.0.0.1", config.segment.port, read_size=read_size) as reader:
+            got = [(o, bytes(b)) for o, b in [x async for x in reader.events("s")]]
+            again = [(o, bytes(b)) async for o, b in reader.events("s", got[5][0])]  # the same connection
+    finally:
+        await hub.stop()
+    direct = DirectoryReader(str(tmp_path / "data"))
+    try:
+        expect = [(o, bytes(b)) for o, b in direct.iter_events("s")]
+    finally:
+        direct.close()
+    assert [b for _, b in got] == bodies
+    assert got == expect
+    assert again == expect[5:]
