@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"generating {args.events:,} events in batches of {args.batch_size} ...", file=sys.stderr)
         bodies = make_batches(args.events, args.batch_size)
         data_dir, jsonl = str(work / "data"), work / "events.jsonl"
+        # a --dir kept from an earlier run would be appended to: the source would read more rows than the
+        # JSON reader and the ratio would compare different data
+        shutil.rmtree(data_dir, ignore_errors=True)
         asyncio.run(store_batches(data_dir, bodies))
         write_json_lines(jsonl, bodies)
         stored = sum(8 + len(b) for b in bodies)
