@@ -1,5 +1,7 @@
-"""The C extensions, the per-event loops of two wire protocols and the Spark source's VARIANT encoder; the rest of the metadata is in
-pyproject.toml: PackedForward's entry scan, the segment protocol's event walk and framing.
+"""The C extensions, the per-event loops of the wire protocols and the Spark source's VARIANT encoder; the
+rest of the metadata is in pyproject.toml: PackedForward's entry scan, the segment protocol's event walk and
+framing, Lumberjack windows and logjam bodies from JSON to stored entries (one JSON-to-msgpack transcoder,
+_jsonpack.h), and msgpack records to Spark VARIANT.
 
 They are optional: without a C compiler logport installs all the same and runs those loops in
 Python (slower).
@@ -8,8 +10,9 @@ Python (slower).
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"])
-    for name in ("_forward_scan", "_segment_scan")
+    Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"],
+              depends=["src/logport/protocols/_jsonpack.h"])
+    for name in ("_forward_scan", "_segment_scan", "_lumberjack_scan", "_logjam_scan")
 ] + [
     # the Spark source's msgpack -> VARIANT encoder (logport/spark/variant.py is its reference)
     Extension("logport.spark._variant_encode", ["src/logport/spark/_variant_encode.c"], optional=True,

@@ -5,9 +5,11 @@ The producer (a DEALER sending the agent's 4 frames, async) and the subscriber (
 processes (this file run with --producer / --subscriber); the middle runs in this process: either a logport
 hub (uvloop, fsync as given, every message decoded, stored durably, then published) or the raw relay (a
 blocking pyzmq loop: recv_multipart on the ROUTER, send_multipart of the 4 frames on the PUB). A rate is
-messages / (last message at the subscriber - first message sent). The machine is shared, so each
-method runs several raw/logport pairs back to back and the table gives medians (and the range of the
-per-pair ratios).
+messages / (last message at the subscriber - first message sent). The hub runs in its own process, this
+checkout's code and a baseline commit's (--baseline, built from git) in turn, and its CPU time is read
+from /proc around the producer's run, for messages per hub CPU-second. The machine is shared, so each
+method runs several rounds (raw, then both codes in an order swapped every round) back to back and the
+table gives medians (and the range of the per-round ratios).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5, help="back-to-back pairs (raw, logport) per method")
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
     p.add_argument("--dir", default=None, help="data directory parent (default: a temporary directory)")
+    p.add_argument("--baseline", default="8d78972",
+                   help="a commit to run beside this checkout, alternating ('': this checkout only)")
     p.add_argument("--producer", default=None, help=argparse.SUPPRESS)  # internal: run as the producer
     p.add_argument("--subscriber", default=None, help=argparse.SUPPRESS)  # internal: run as the subscriber
 
@@ -117,47 +123,47 @@ async def spawn(role: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:
                                                 stdout=subprocess.PIPE)
 
 
-async def run_case(pub_port: int, router_port: int, method: str, args: argparse.Namespace) -> dict[str, Any]:
+async def run_case(pub_port: int, router_port: int, method: str, args: argparse.Namespace,
+                   cpu: Callable[[], float] | None = None) -> dict[str, Any]:
+    """One run through a middle; `cpu` reads the middle's CPU seconds (sampled around the producer's run)."""
     sub = await spawn("subscriber", {"port": pub_port, "messages": args.messages, "timeout": 10.0})
     assert sub.stdout is not None
     await sub.stdout.readline()  # ready
     await asyncio.sleep(0.5)  # slow joiner: let the subscription reach the PUB socket
+    cpu_start = cpu() if cpu is not None else 0.0
     prod = await spawn("producer", {"port": router_port, "messages": args.messages, "method": method,
                                     "size": args.size})
     out_p, _ = await prod.communicate()
     out_s, _ = await sub.communicate()
+    cpu_seconds = cpu() - cpu_start if cpu is not None else 0.0
     p, s = json.loads(out_p), json.loads(out_s)
     seconds = s["last"] - p["start"]
-    return {"received": s["received"], "seconds": seconds, "rate": s["received"] / seconds if seconds > 0 else 0}
+    return {"received": s["received"], "seconds": seconds, "rate": s["received"] / seconds if seconds > 0 else 0,
+            "cpu": cpu_seconds}
 
 
 # --- the middles ---
 
 
-async def logport_case(work: Path, method: str, args: argparse.Namespace) -> dict[str, Any]:
-    from logport.config import Config
-    from logport.hub import Hub
+async def logport_case(work: Path, method: str, args: argparse.Namespace, pythonpath: Path | None = None,
+                       name: str = "new") -> dict[str, Any]:
+    """A hub in its own process: this checkout's code, or the baseline's on `pythonpath`."""
+    from _hubproc import HubProcess
 
-    data = work / f"logport-{method}"
+    data = work / f"logport-{name}-{method}"
     shutil.rmtree(data, ignore_errors=True)
-    cfg = Config()
-    cfg.store.data_dir = str(data)
-    cfg.store.fsync = args.fsync
-    cfg.metrics.enabled = False
-    for name in ("forward", "lumberjack", "segment"):
-        getattr(cfg, name).enabled = False
-    cfg.logjam.router_port, cfg.logjam.pull_port, cfg.logjam.pub_port = free_port(), free_port(), free_port()
-    cfg.logjam.pub_hwm = 0
-    hub = Hub(cfg, serve_metrics=False)
+    ports = {"router_port": free_port(), "pull_port": free_port(), "pub_port": free_port()}
+    settings = {"store": {"data_dir": str(data), "fsync": args.fsync}, "metrics": {"enabled": False},
+                "forward": {"enabled": False}, "lumberjack": {"enabled": False}, "segment": {"enabled": False},
+                "logjam": {**ports, "pub_hwm": 0}}
+    hub = HubProcess(settings, pythonpath, "logport_logjam_messages_stored_total", {"socket": "router"})
     await hub.start()
     try:
-        result = await run_case(cfg.logjam.pub_port, cfg.logjam.router_port, method, args)
-        assert hub.runtime is not None
-        result["stored"] = hub.runtime.metrics.registry.get_sample_value(
-            "logport_logjam_messages_stored_total", {"socket": "router"}) or 0
+        result = await run_case(ports["pub_port"], ports["router_port"], method, args, hub.cpu_seconds)
     finally:
-        await hub.stop()
+        stopped = await hub.stop()
         shutil.rmtree(data, ignore_errors=True)
+    result["stored"] = stopped.get("metric") or 0
     return result
 
 
@@ -203,26 +209,48 @@ def run(args: argparse.Namespace) -> int:
         return 0
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="logport-bench-logjam-"))
     work.mkdir(parents=True, exist_ok=True)
+    from _hubproc import build_baseline
+
+    codes: list[tuple[str, Path | None]] = [("new", None)]
+    if args.baseline:
+        codes.append((args.baseline, build_baseline(args.baseline, work)))
     header(f"logjam: producer -> logport -> subscriber vs raw pyzmq relay, {args.messages} messages of "
-           f"{args.size} B JSON per case, fsync={args.fsync}; medians of {args.rounds} rounds, each a raw run then a logport run")
+           f"{args.size} B JSON per case, fsync={args.fsync}; medians of {args.rounds} rounds, each a raw run then "
+           f"a hub process per code ({', '.join(n for n, _ in codes)}; their order swapped every round); hub CPU = "
+           f"the hub process while the producer ran; load = 1-minute load average, min..max over the method's runs")
     rows = []
 
     async def main() -> None:
         for method in args.methods.split(","):
-            raws, ourss = [], []
-            for _ in range(args.rounds):  # pairs back to back, so that both sides see the same background load
+            raws: list[dict[str, Any]] = []
+            ours: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in codes}
+            loads: list[float] = []
+            for round_ in range(args.rounds):  # back to back, so that every side sees the same background load
+                loads.append(os.getloadavg()[0])
                 raws.append(await raw_case(method, args))
-                ourss.append(await logport_case(work, method, args))
-            ratios = [o["rate"] / r["rate"] for o, r in zip(ourss, raws, strict=True) if r["rate"]]
-            rows.append([method, median([o["rate"] for o in ourss]), median([r["rate"] for r in raws]),
-                         f"{median(ratios):.0%}", f"{min(ratios):.0%}..{max(ratios):.0%}",
-                         f"{sum(o['received'] for o in ourss)}/{args.messages * args.rounds}",
-                         f"{int(sum(o['stored'] for o in ourss))}",
-                         f"{sum(r['received'] for r in raws)}/{args.messages * args.rounds}"])
+                for name, site in (codes if round_ % 2 == 0 else codes[::-1]):
+                    loads.append(os.getloadavg()[0])
+                    ours[name].append(await logport_case(work, method, args, site, name))
+            for name, _ in codes:
+                runs = ours[name]
+                ratios = [o["rate"] / r["rate"] for o, r in zip(runs, raws, strict=True) if r["rate"]]
+                per_cpu = [o["received"] / o["cpu"] for o in runs if o["cpu"]]
+                rows.append([method, name, median([o["rate"] for o in runs]), median([r["rate"] for r in raws]),
+                             f"{median(ratios):.0%}", f"{min(ratios):.0%}..{max(ratios):.0%}", median(per_cpu),
+                             f"{sum(o['received'] for o in runs)}/{args.messages * args.rounds}",
+                             f"{int(sum(o['stored'] for o in runs))}",
+                             f"{sum(r['received'] for r in raws)}/{args.messages * args.rounds}",
+                             f"{min(loads):.2f}..{max(loads):.2f}"])
 
     run_async(main)
-    table(["compression", "logport msg/s", "raw relay msg/s", "logport/raw", "per-round range", "logport received",
-           "logport stored", "raw received"], rows)
+    table(["compression", "code", "logport msg/s", "raw relay msg/s", "logport/raw", "per-round range",
+           "msg per hub CPU-s", "logport received", "logport stored", "raw received", "load"], rows)
+    if args.baseline:
+        print()
+        by = {(r[0], r[1]): r for r in rows}
+        for method in args.methods.split(","):
+            new, old = by[(method, "new")], by[(method, args.baseline)]
+            print(f"{method}: new/baseline msg/s {new[2] / old[2]:.2f}x, msg per hub CPU-s {new[6] / old[6]:.2f}x")
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

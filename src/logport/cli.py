@@ -34,8 +34,8 @@ PIPELINE_MODULE = "logport.spark.pipeline"  # add_arguments(parser), main(args) 
 # what it needs beyond the venv; what it measures is the first paragraph of its module's docstring
 BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node"),
-    "logjam": ("1-2 min", "nothing more"),
-    "lumberjack": ("about 1 min", "nothing more"),
+    "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
+    "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
     "spark": ("1-2 min", "Java for PySpark (`make java`)"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),

@@ -66,7 +66,8 @@ class BeatWriter:
 async def test_lumberjack_windows_survive_sigkill_at_least_once(tmp_path: Path, crash: Crash) -> None:
     rng = random.Random(5044)
     # every window (pylogbeat sends W, then one C of it) goes to a decode worker: kills land there too
-    hub = HubProcess(tmp_path / "hub", ("lumberjack",), settings={"lumberjack": {"decode_offload_bytes": 0}},
+    hub = HubProcess(tmp_path / "hub", ("lumberjack",),
+                     settings={"lumberjack": {"decode_offload_bytes": 0, "decode_workers": 2}},
                      data_dir=crash.data_dir, power_cut=crash.power_cut)
     await hub.start()
     began = time.monotonic()
@@ -122,7 +123,8 @@ def _send_window(port: int) -> None:
 
 async def test_decode_workers_die_with_a_killed_hub(tmp_path: Path) -> None:
     """A SIGKILLed hub runs no shutdown code: its decode workers must go by themselves, holding nothing."""
-    hub = HubProcess(tmp_path / "hub", ("lumberjack",), settings={"lumberjack": {"decode_offload_bytes": 0}})
+    hub = HubProcess(tmp_path / "hub", ("lumberjack",),
+                     settings={"lumberjack": {"decode_offload_bytes": 0, "decode_workers": 2}})
     await hub.start()
     try:
         for _ in range(2):

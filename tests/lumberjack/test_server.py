@@ -140,12 +140,15 @@ async def test_keepalive_acks_while_the_window_is_stored(tmp_path: Path, monkeyp
 
 async def test_keepalive_acks_while_a_decode_worker_has_the_window(tmp_path: Path) -> None:
     config = lumberjack_config(tmp_path / "data", keepalive_interval=0.05, decode_offload_bytes=0,
-                               max_window_size=200_000)
+                               max_window_size=200_000, decode_workers=2)
     async with running_hub(config) as hub:
         reader, writer = await connect(hub.config.lumberjack.port)
         writer.write(window(range(1, 2)))  # the workers are started by now
         await read_acks_until(reader, 1)
-        writer.write(window(range(1, 150_001)))  # a second or so in the workers; storing it takes far less
+        # a duplicate key: the C pass leaves the window to the Python path, a second or so in the workers
+        # (storing it takes far less)
+        frames = b"".join(encode_json(s, b'{"m":1,"m":2}') for s in range(1, 150_001))
+        writer.write(encode_window(0x32, 150_000) + compressed_frame(0x32, frames, 3))
         replies = await read_acks_until(reader, 150_000)
         assert replies.count(0) >= 3, replies
         writer.close()
@@ -299,7 +302,8 @@ async def test_bad_input_closes_only_that_connection(tmp_path: Path, caplog: pyt
                                                      name: str, offload: bool) -> None:
     bad, message = BAD_INPUT[name]
     config = lumberjack_config(tmp_path / "data", max_decompressed_size=1 << 20, max_payload_size=8 << 20,
-                               max_window_size=100_000, decode_offload_bytes=0 if offload else 1 << 30)
+                               max_window_size=100_000, decode_offload_bytes=0 if offload else 1 << 30,
+                               decode_workers=2 if offload else 0)
     caplog.set_level(logging.WARNING, logger="logport.lumberjack")
     async with running_hub(config) as hub:
         port = hub.config.lumberjack.port
@@ -699,7 +703,7 @@ async def test_decode_workers_acknowledge_and_store_what_the_event_loop_does(tmp
 async def test_a_decode_worker_that_dies_closes_only_its_connection_and_is_replaced(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    async with running_hub(lumberjack_config(tmp_path / "data", decode_offload_bytes=0)) as hub:
+    async with running_hub(lumberjack_config(tmp_path / "data", decode_offload_bytes=0, decode_workers=2)) as hub:
         port = hub.config.lumberjack.port
         reader, writer = await connect(port)
         writer.write(window(range(1, 3)))

@@ -350,19 +350,8 @@ class Connection:
             raise RemoteProtocolError(f"C frames nested more than {MAX_NESTING} deep")
         limit = self.limits.max_decompressed_size
         budget = limit if depth == 0 else self._inflate_budget
-        inflater = zlib.decompressobj()
-        try:
-            inner = inflater.decompress(compressed, budget + 1)
-        except zlib.error as e:
-            raise RemoteProtocolError(f"C frame of {len(compressed)} bytes is not valid zlib: {e}") from None
-        if len(inner) > budget:
-            what = "decompressed C frame" if depth == 0 else "decompressed C frame (with its nested C frames)"
-            raise LimitExceeded(what, limit - budget + len(inner), "max_decompressed_size", limit)
+        inner = _inflate_bytes(compressed, budget, limit, depth)
         self._inflate_budget = budget - len(inner)
-        if not inflater.eof:
-            raise RemoteProtocolError(f"truncated C frame: its {len(compressed)} bytes of zlib end mid-stream")
-        if inflater.unused_data:
-            raise RemoteProtocolError(f"C frame has {len(inflater.unused_data)} bytes after its zlib stream")
         pos, end = 0, len(inner)
         while pos < end:
             pos = self._parse_json_run(inner, pos, end)
@@ -394,6 +383,30 @@ class Connection:
                 return b"".join(encode_json(seq, orjson.dumps(fields)) for seq, fields in event.frames)
             _check_version(event.version)
         raise LocalProtocolError(f"cannot send {event!r}")
+
+
+def _inflate_bytes(compressed: memoryview, budget: int, limit: int, depth: int) -> bytes:
+    """The zlib payload of a C frame, inflated to at most `budget` bytes (of `limit` for the top-level frame)."""
+    inflater = zlib.decompressobj()
+    try:
+        inner = inflater.decompress(compressed, budget + 1)
+    except zlib.error as e:
+        raise RemoteProtocolError(f"C frame of {len(compressed)} bytes is not valid zlib: {e}") from None
+    if len(inner) > budget:
+        what = "decompressed C frame" if depth == 0 else "decompressed C frame (with its nested C frames)"
+        raise LimitExceeded(what, limit - budget + len(inner), "max_decompressed_size", limit)
+    if not inflater.eof:
+        raise RemoteProtocolError(f"truncated C frame: its {len(compressed)} bytes of zlib end mid-stream")
+    if inflater.unused_data:
+        raise RemoteProtocolError(f"C frame has {len(inflater.unused_data)} bytes after its zlib stream")
+    return inner
+
+
+def inflate_payload(compressed: Compressed, limits: Limits) -> bytes:
+    """The frames a top-level C frame holds, inflated (not parsed), or the error `Connection.inflate` raises
+    for its zlib: what the C pass (`_lumberjack_scan`) reads."""
+    limit = limits.max_decompressed_size
+    return _inflate_bytes(memoryview(compressed.payload), limit, limit, 0)
 
 
 def _read_pair(data: bytes | bytearray, p: int, end: int, frame_start: int,
@@ -531,9 +544,10 @@ def parse_timestamp(value: Any) -> tuple[int, int] | None:
             seconds = calendar.timegm(time.strptime(head, "%Y-%m-%dT%H:%M:%S"))
         except ValueError:
             return None
-        if len(_second_cache) >= 4096:
-            _second_cache.clear()
-        _second_cache[head] = seconds
+        if seconds >= 0:  # the fast path above takes cached heads as they are: only those it may answer with
+            if len(_second_cache) >= 4096:
+                _second_cache.clear()
+            _second_cache[head] = seconds
     if not zulu:
         offset = int(hours) * 3600 + int(minutes) * 60
         seconds += -offset if sign == "+" else offset

@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import orjson
 import zmq
 from prometheus_client import Counter
 
-from logport.batch import encode_batch, pack_entry
+from logport.batch import entry_head, pack_entry
 from logport.config import LogjamConfig
 from logport.errors import ProtocolError
 from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
@@ -25,6 +27,15 @@ from logport.servers._guard import ThrottledLog
 log = logging.getLogger("logport.logjam")
 
 SOURCE = "logjam"
+
+# packs as batch.py's packer does (encode_batch, the reference for stored_body)
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True, unicode_errors="surrogateescape")
+
+_pack_body: Callable[[bytes], tuple[bytes, str | None, int | float | None] | None] | None
+try:
+    from logport.protocols._logjam_scan import pack_body as _pack_body
+except ImportError:  # installed without a C compiler: bodies are decoded in Python
+    _pack_body = None
 
 
 def receive_message(sock: zmq.Socket[bytes]) -> tuple[list[bytes], zmq.Frame]:
@@ -84,29 +95,64 @@ class MessageDecoder:
     def __init__(self, config: LogjamConfig) -> None:
         self.limit = config.max_decompressed_size
         self._names: dict[tuple[bytes, bytes], tuple[str, str, str]] = {}  # (app-env, topic) -> str forms, tag
+        # (tag, peer, app-env, topic, received_on) -> the packed pieces of a stored body that repeat
+        self._pieces: dict[tuple[str, str, str, str, str], tuple[bytes, bytes, bytes]] = {}
 
     def accept(self, message: DataMessage, peer: str, received_on: str) -> Accepted:
         meta = message.meta
         json = decompress(message.body, message.compression, self.limit)
+        created_ms = meta.created_ms if meta is not None and meta.created_ms else int(time.time() * 1000)
+        # the body's JSON to its stored entry in one C pass; the Python path (the reference) decides the rest
+        packed = _pack_body(json) if _pack_body is not None else None
+        entry: tuple[bytes, ...]
+        if packed is not None:
+            record_bytes, started_at, started_ms = packed
+            seconds, nanos = event_time_of({"started_at": started_at, "started_ms": started_ms}, created_ms)
+            entry = (entry_head(seconds, nanos), record_bytes)
+        else:
+            entry = (self._entry_in_python(json, created_ms),)
+        names = self._names.get((message.app_env, message.topic))
+        if names is None:
+            names = self._names_of(message.app_env, message.topic)
+        app_env, topic, tag = names
+        device, sequence = (meta.device, meta.sequence) if meta is not None else (0, 0)
+        stored = self.stored_body(tag, entry, peer, app_env, topic, device, sequence, created_ms, received_on)
+        return Accepted(message, tag, json, stored)
+
+    def stored_body(self, tag: str, entry: tuple[bytes, ...], peer: str, app_env: str, topic: str, device: int,
+                    sequence: int, created_ms: int, received_on: str) -> bytes:
+        """encode_batch(tag, entry, {"size": 1, "source": "logjam", "peer": ..., "received_on": ...}), byte for
+        byte, from the packed pieces that repeat for a stream (a sixth of the cost: building and packing the
+        option dict cost more per message than decoding its JSON in C)."""
+        key = (tag, peer, app_env, topic, received_on)
+        pieces = self._pieces.get(key)
+        if pieces is None:
+            pack = _packer.pack
+            head = b"\x93" + pack(tag)
+            option_head = b"\x89" + b"".join(pack(v) for v in ("size", 1, "source", SOURCE, "peer", peer,
+                                                                "app_env", app_env, "topic", topic, "device"))
+            pieces = head, option_head, pack("received_on") + pack(received_on)
+            if len(self._pieces) < 10_000:
+                self._pieces[key] = pieces
+        head, option_head, option_tail = pieces
+        size = sum(map(len, entry))
+        bin_head = (b"\xc4" + size.to_bytes(1, "big") if size < 0x100
+                    else b"\xc5" + size.to_bytes(2, "big") if size < 0x10000 else b"\xc6" + size.to_bytes(4, "big"))
+        pack_int = _packer.pack
+        return b"".join((head, bin_head, *entry, option_head, pack_int(device), b"\xa8sequence", pack_int(sequence),
+                         b"\xaacreated_ms", pack_int(created_ms), option_tail))
+
+    @staticmethod
+    def _entry_in_python(json: bytes, created_ms: int) -> bytes:
+        """The stored `[time, record]` entry of a body, without the C pass."""
         try:
             record: Any = orjson.loads(json)
         except orjson.JSONDecodeError as e:
             raise InvalidMessage("json", f"body is not JSON: {e}") from None
         if not isinstance(record, dict):
             raise InvalidMessage("json", f"body is a JSON {type(record).__name__}, not an object")
-        created_ms = meta.created_ms if meta is not None and meta.created_ms else int(time.time() * 1000)
         seconds, nanos = event_time_of(record, created_ms)
-        names = self._names.get((message.app_env, message.topic))
-        if names is None:
-            names = self._names_of(message.app_env, message.topic)
-        app_env, topic, tag = names
-        option: dict[str, Any] = {
-            "size": 1, "source": SOURCE, "peer": peer, "app_env": app_env, "topic": topic,
-            "device": meta.device if meta is not None else 0,
-            "sequence": meta.sequence if meta is not None else 0,
-            "created_ms": created_ms, "received_on": received_on,
-        }
-        return Accepted(message, tag, json, encode_batch(tag, pack_entry(seconds, nanos, record), option))
+        return pack_entry(seconds, nanos, record)
 
     def _names_of(self, app_env: bytes, topic: bytes) -> tuple[str, str, str]:
         names = (app_env.decode(), topic.decode(), f"logjam.{app_env.decode()}.{topic.decode()}")

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from logport.protocols.lumberjack import (
     WindowSize,
     encode_ack,
     inflate_frames,
+    inflate_payload,
     json_fields,
     parse_timestamp,
 )
@@ -44,6 +46,14 @@ from logport.servers._lifecycle import ReadGate, TcpListener, peer_name, wait_un
 from logport.workers import WorkerPool
 
 log = logging.getLogger("logport.lumberjack")
+
+_scan_window: Callable[..., tuple[list[tuple[str | None, bytes, int]], int, int] | None] | None
+_scan_events: Callable[..., list[tuple[str | None, bytes, int]] | None] | None
+try:
+    from logport.protocols._lumberjack_scan import decode_window as _scan_window
+    from logport.protocols._lumberjack_scan import pack_json_events as _scan_events
+except ImportError:  # installed without a C compiler: windows are decoded in Python
+    _scan_window = _scan_events = None
 
 SOURCE = "lumberjack"
 # windows decoded but not yet stored, per connection, before reading pauses (back-pressure)
@@ -74,6 +84,14 @@ Decoded = tuple[Batches, int, int]  # batches, last seq, bytes of the window's f
 # a window of at least this many events is split between the decode workers: with two windows in flight (Filebeat)
 # the next window's parts are queued while one is stored and acknowledged, so no worker waits for its sender
 SPLIT_AT_EVENTS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class _Announced:
+    """A C frame right after its W frame, decoded in the event loop by the C pass (`decode_window`)."""
+
+    compressed: Compressed
+    window_size: int
 
 
 @dataclass(slots=True)
@@ -134,21 +152,56 @@ def _check_depth(what: str, value: Any, limit: int) -> None:
 
 def decode_window(compressed: Compressed, limits: Limits, window_size: int, part: int, parts: int, tag: str,
                   tag_from_beat: bool, peer: str, max_body: int, received_ns: int) -> Decoded | None:
-    """In a decode worker: (batches, last seq, bytes) of part `part` of `parts` of a C frame that holds
-    exactly the `window_size` events its W frame announced; None when it holds anything else (the event
-    loop parses it then). Each part inflates and splits the whole frame, and packs its share of the events."""
+    """(batches, last seq, bytes) of part `part` of `parts` of a C frame that holds exactly the
+    `window_size` events its W frame announced; None when it holds anything else (the event loop parses
+    it then). Each part inflates and splits the whole frame, and packs its share of the events: in one C
+    pass (`_lumberjack_scan`) when it takes the window, else in Python (`decode_window_in_python`, the
+    reference, which also gives the error for a bad window)."""
+    if _scan_window is not None:
+        inner = inflate_payload(compressed, limits)  # its errors are the reference's
+        default_s, default_ns = divmod(received_ns, 1_000_000_000)
+        lo, hi = window_size * part // parts, window_size * (part + 1) // parts
+        scanned = _scan_window(inner, window_size, lo, hi, tag.encode("utf-8", "surrogateescape"), tag_from_beat,
+                               peer.encode("utf-8", "surrogateescape"), max_body, default_s, default_ns,
+                               limits.max_payload_size)
+        if scanned is not None:
+            batches, last_seq, size = scanned
+            return [(tag if batch_tag is None else batch_tag, body, count) for batch_tag, body, count in batches], \
+                last_seq, size
+    return decode_window_in_python(compressed, limits, window_size, part, parts, tag, tag_from_beat, peer,
+                                   max_body, received_ns)
+
+
+def decode_window_in_python(compressed: Compressed, limits: Limits, window_size: int, part: int, parts: int,
+                            tag: str, tag_from_beat: bool, peer: str, max_body: int,
+                            received_ns: int) -> Decoded | None:
+    """decode_window without the C pass."""
     inflated = inflate_frames(compressed, limits, window_size)
     if inflated is None:
         return None
     frames, size = inflated
     share = frames[window_size * part // parts : window_size * (part + 1) // parts]
-    batches = build_batches(share, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
-                            received_ns=received_ns)
+    batches = build_batches_in_python(share, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                                      received_ns=received_ns)
     return batches, share[-1][0], size
 
 
 def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
                   max_body: int, received_ns: int) -> Batches:
+    """build_batches_in_python's batches, from the C pass (`_lumberjack_scan`) for a window of J frames
+    (their JSON bytes) that it takes, else from build_batches_in_python itself (the reference)."""
+    if _scan_events is not None and events:
+        default_s, default_ns = divmod(received_ns, 1_000_000_000)
+        scanned = _scan_events(events, tag.encode("utf-8", "surrogateescape"), tag_from_beat,
+                               peer.encode("utf-8", "surrogateescape"), max_body, default_s, default_ns)
+        if scanned is not None:
+            return [(tag if batch_tag is None else batch_tag, body, count) for batch_tag, body, count in scanned]
+    return build_batches_in_python(events, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                                   received_ns=received_ns)
+
+
+def build_batches_in_python(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
+                            max_body: int, received_ns: int) -> Batches:
     """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
 
     The record is the event without `@metadata`, which goes into the option;
@@ -315,7 +368,7 @@ class LumberjackConnection(asyncio.Protocol):
         srv.metrics.connections.inc()
         srv.admit_paused(self.gate)
         self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, decode_json=False,
-                                defer_compressed=srv.decoders is not None)
+                                defer_compressed=srv.decoders is not None or _scan_window is not None)
         self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
         self._arm_idle()
 
@@ -323,6 +376,7 @@ class LumberjackConnection(asyncio.Protocol):
         if self.closed or self.proto is None:
             return
         self.last_activity = self.loop.time()
+        srv = self.server
         proto = self.proto
         proto.receive_data(data)
         try:
@@ -331,12 +385,16 @@ class LumberjackConnection(asyncio.Protocol):
                 if event is NEED_DATA:
                     break
                 self.announced, announced = event.size if type(event) is WindowSize else 0, self.announced
-                if type(event) is Compressed and announced and len(event.payload) >= self.config.decode_offload_bytes:
-                    self.pending.append(self._decode(event, announced))
-                elif self.pending:
-                    self.pending.append(event)
+                item: Any = event
+                if type(event) is Compressed and announced:
+                    if srv.decoders is not None and len(event.payload) >= self.config.decode_offload_bytes:
+                        self.pending.append(self._decode(event, announced))
+                        continue
+                    item = _Announced(event, announced)
+                if self.pending:
+                    self.pending.append(item)
                 else:
-                    self._apply(event)
+                    self._apply(item)
         except LogportError as e:
             self._fail_window(e)
             return
@@ -410,6 +468,15 @@ class LumberjackConnection(asyncio.Protocol):
             assert self.proto is not None
             for inner in self.proto.inflate(event):
                 self._apply(inner)
+        elif type(event) is _Announced:
+            srv = self.server
+            cfg = self.config
+            decoded = decode_window(event.compressed, srv.limits, event.window_size, 0, 1, cfg.tag,
+                                    cfg.tag_from_beat, self.peer, srv.max_body, time.time_ns())
+            if decoded is None:  # the C frame holds more than the window: parse it frame by frame
+                self._apply(event.compressed)
+            else:
+                self._queue_decoded(event.window_size, [decoded])
 
     def _apply_decoded(self, item: _Decoding) -> None:
         """A worker's decoded window: queue it (it is what the W frame before it announced), or, when the C
@@ -419,15 +486,19 @@ class LumberjackConnection(asyncio.Protocol):
         if len(decoded) < len(results):  # then none is: each part parsed the whole frame
             self._apply(item.compressed)
             return
+        self._queue_decoded(item.window_size, decoded)
+        self.server.metrics.worker_windows.inc()
+
+    def _queue_decoded(self, window_size: int, decoded: list[Decoded]) -> None:
+        """Queue a window decoded whole (its parts in order): what the W frame right before it announced."""
         batches = [batch for part_batches, _, _ in decoded for batch in part_batches]
         _, last_seq, size = decoded[-1]
-        assert not self.window and self.window_remaining == item.window_size  # the W frame came right before
+        assert not self.window and self.window_remaining == window_size  # the W frame came right before
         limit = self.config.max_window_bytes
         if size > limit:
             raise LimitExceeded("window", size, "max_window_bytes", limit)
         self.window_remaining = None
         self._queue(Window(self.window_version, [], last_seq, batches))
-        self.server.metrics.worker_windows.inc()
 
     def _fail_window(self, error: Exception) -> None:
         if self.window:  # events before the error are fine, but they will not be acknowledged
