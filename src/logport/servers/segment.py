@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from logport import errors
-from logport.config import SegmentServerConfig
+from logport.config import SegmentServerConfig, check_segment_name
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.servers._lifecycle import SETTLE_POLL, ReadGate, TcpListener, peer_name
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
-from logport.store.files import check_segment_name
 from logport.store.identity import ensure_hub_identity
 
 log = logging.getLogger("logport.segment")
