@@ -25,6 +25,12 @@ from logport.errors import ConfigError, InvalidSegmentName
 MiB = 1024 * 1024
 MAX_SEGMENT_NAME_BYTES = 250  # a segment's name is its directory's name
 _SEGMENT_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
+# logjam's stream names: "application-environment", and the topics logjam's importer knows
+# (protocols/logjam.py checks every message's against these; the config checks republish_routes' at load)
+LOGJAM_APP_ENV = re.compile(rb"[A-Za-z][A-Za-z_-]*-[A-Za-z][A-Za-z_]*\Z")
+_LOGJAM_TOPIC_PART = rb"(?:\.[A-Za-z][A-Za-z_-]*)*"
+LOGJAM_TOPIC = re.compile(rb"(?:(?:logs|javascript|events)" + _LOGJAM_TOPIC_PART
+                          + rb"|frontend\.page|frontend\.ajax|mobile)\Z")
 _MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems (an output's name becomes a file name)
 # open connections one client address may hold on a TCP listener (0 = no limit): about half of
 # max_connections, so one address cannot fill a listener, yet far more than a shipper opens; behind
@@ -307,6 +313,21 @@ class LogjamConfig:
             _check_segment_name(f"{where}.subscribe_segment", self.subscribe_segment)
         for i, segment in enumerate(self.republish):
             _check_segment_name(f"{where}.republish[{i}]", segment)
+        self.check_republish_names(where)
+
+    def check_republish_names(self, where: str = "logjam") -> None:
+        """Republished events' app-envs and topics are ones logjam accepts (the republisher checks them too,
+        when it starts on a section it was handed)."""
+        for i, route in enumerate(self.republish_routes):
+            if not LOGJAM_APP_ENV.match(route.app_env.encode()):
+                raise ConfigError(f"config key '{where}.republish_routes[{i}].app_env' has value {route.app_env!r};"
+                                  " it must be application-environment")
+            if route.topic and not LOGJAM_TOPIC.match(route.topic.encode()):
+                raise ConfigError(f"config key '{where}.republish_routes[{i}].topic' has value {route.topic!r};"
+                                  " it must be a logjam topic (logs.*, events.*, ...)")
+        if not LOGJAM_APP_ENV.match(self.republish_app_env.encode()):
+            raise ConfigError(f"config key '{where}.republish_app_env' has value {self.republish_app_env!r};"
+                              " it must be application-environment")
 
 
 @dataclass

@@ -256,6 +256,8 @@ def test_every_section_checks_itself_as_validate_does() -> None:
     from logport.config import (
         Config,
         ForwardOutputConfig,
+        LogjamConfig,
+        LogjamRepublishRoute,
         LumberjackConfig,
         RouteConfig,
         StoreConfig,
@@ -266,6 +268,9 @@ def test_every_section_checks_itself_as_validate_does() -> None:
         (StoreConfig(chunk_size=0), "store", "store.chunk_size"),
         (LumberjackConfig(tag=""), "lumberjack", "lumberjack.tag"),
         (LumberjackConfig(segment="a/b"), "lumberjack", "lumberjack.segment"),
+        # at load (and so on a reload), not only when the republisher starts
+        (LogjamConfig(republish_routes=[LogjamRepublishRoute(app_env="web-production", topic="nope")]), "logjam",
+         "logjam.republish_routes[0].topic"),
     ]
     for section, name, key in cases:
         with pytest.raises(ConfigError, match=re.escape(key)):
