@@ -1,8 +1,11 @@
 """TOML configuration: one dataclass per section, every setting with its default.
 
 `load_config(path)` refuses unknown keys and badly typed values at start, naming
-the key and the value. Sizes are in bytes, durations in seconds unless a name
-says otherwise.
+the key and the value; each section's `check()` beside its dataclass makes the
+checks types cannot, at start and on every reload alike. Sizes are in bytes,
+durations in seconds unless a name says otherwise. This module imports nothing
+of logport but errors.py: the rules it shares with the store, the Forward client
+and CurveZMQ (segment names, `host:port[:weight]`, Z85 keys) are written here.
 """
 
 from __future__ import annotations
@@ -18,9 +21,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from logport.errors import ConfigError, InvalidSegmentName
-from logport.store.settings import StoreConfig
 
 MiB = 1024 * 1024
+MAX_SEGMENT_NAME_BYTES = 250  # a segment's name is its directory's name
+_SEGMENT_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
+# logjam's stream names: "application-environment", and the topics logjam's importer knows
+# (protocols/logjam.py checks every message's against these; the config checks republish_routes' at load)
+LOGJAM_APP_ENV = re.compile(rb"[A-Za-z][A-Za-z_-]*-[A-Za-z][A-Za-z_]*\Z")
+_LOGJAM_TOPIC_PART = rb"(?:\.[A-Za-z][A-Za-z_-]*)*"
+LOGJAM_TOPIC = re.compile(rb"(?:(?:logs|javascript|events)" + _LOGJAM_TOPIC_PART
+                          + rb"|frontend\.page|frontend\.ajax|mobile)\Z")
 _MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems (an output's name becomes a file name)
 # open connections one client address may hold on a TCP listener (0 = no limit): about half of
 # max_connections, so one address cannot fill a listener, yet far more than a shipper opens; behind
@@ -44,6 +54,51 @@ class TLSConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.cert)
+
+    def check(self, where: str) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise ConfigError(f"config keys '{where}.cert' and '{where}.key' must be set together")
+        if self.verify_client and not self.client_ca:
+            raise ConfigError(f"config key '{where}.verify_client' is true but '{where}.client_ca' is empty")
+        _check_positive(f"{where}.handshake_timeout", self.handshake_timeout)
+
+
+@dataclass
+class StoreConfig:
+    """The store's own settings: the store takes this section as it is (logport.store.settings names it too)."""
+
+    data_dir: str = "./data"
+    fsync: Literal["always", "interval", "never"] = "always"
+    fsync_interval: float = 1.0  # seconds between fdatasyncs with fsync = "interval"
+    chunk_size: int = 64 * MiB  # a segment's chunk file rolls past this size
+    prewrite_chunks: bool = False  # with no spare chunk, write the next one ahead (zeros) in the background
+    spare_chunks: int = 2  # chunks that retention drops kept to be the next ones (recycled), per segment
+    max_frame_size: int = 16 * MiB  # largest event body the store accepts
+    max_segments: int = 10000
+    max_pending_bytes: int = 64 * MiB  # queued, unwritten appends per segment before appends wait
+    writeback_bytes: int = 1 * MiB  # a commit larger than this starts the disk on each such slice; 0 = off
+    writer_state_limit: int = 100000  # writer ids (exactly-once state) kept per segment
+    retention_bytes: int = 0  # per segment; 0 = keep everything
+    retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever
+    retention_check_interval: float = 60.0
+
+    def check(self, where: str = "store") -> None:
+        _check_positive(f"{where}.chunk_size", self.chunk_size)
+        _check_positive(f"{where}.max_frame_size", self.max_frame_size)
+        if self.max_frame_size + 8 > self.chunk_size:
+            raise ConfigError(
+                f"config key '{where}.max_frame_size' has value {self.max_frame_size}; "
+                f"it must leave room for a frame header in {where}.chunk_size {self.chunk_size}"
+            )
+        for key in ("max_segments", "max_pending_bytes"):
+            _check_positive(f"{where}.{key}", getattr(self, key))
+        _check_positive(f"{where}.writeback_bytes", self.writeback_bytes, zero_ok=True)
+        _check_positive(f"{where}.writer_state_limit", self.writer_state_limit)
+        _check_positive(f"{where}.spare_chunks", self.spare_chunks, zero_ok=True)
+        _check_positive(f"{where}.fsync_interval", self.fsync_interval)
+        _check_positive(f"{where}.retention_bytes", self.retention_bytes, zero_ok=True)
+        _check_positive(f"{where}.retention_age", self.retention_age, zero_ok=True)
+        _check_positive(f"{where}.retention_check_interval", self.retention_check_interval)
 
 
 @dataclass
@@ -84,6 +139,11 @@ class RouteConfig:
     match: str = "**"
     segment: str = ""
 
+    def check(self, where: str) -> None:
+        if not self.segment:
+            raise ConfigError(f"config key '{where}.segment' must name a segment")
+        _check_segment_name(f"{where}.segment", self.segment)
+
 
 @dataclass
 class ForwardConfig:
@@ -107,6 +167,17 @@ class ForwardConfig:
     add_tag_prefix: str = ""
     source_address_key: str = ""  # add the client's IP to every record under this key
     source_hostname_key: str = ""  # add the client's reverse-resolved hostname under this key
+
+    def check(self, where: str = "forward") -> None:
+        _check_listener(where, self)
+        for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes",
+                    "max_total_inflight_bytes"):
+            _check_positive(f"{where}.{key}", getattr(self, key))
+        _check_positive(f"{where}.idle_timeout", self.idle_timeout, zero_ok=True)
+        if self.users and not self.shared_key:
+            raise ConfigError(f"config key '{where}.users' needs '{where}.shared_key' "
+                              f"(user auth is part of the handshake)")
+        _check_segment_name(f"{where}.segment", self.segment)
 
 
 @dataclass
@@ -133,6 +204,17 @@ class LumberjackConfig:
     decode_workers: int = 0
     decode_offload_bytes: int = 16 * 1024  # smaller C frames are decoded in the event loop (no round trip)
 
+    def check(self, where: str = "lumberjack") -> None:
+        _check_listener(where, self)
+        for key in ("max_payload_size", "max_decompressed_size", "max_window_size", "keepalive_interval",
+                    "max_connections", "partial_window_delay", "max_window_bytes"):
+            _check_positive(f"{where}.{key}", getattr(self, key))
+        for key in ("idle_timeout", "decode_workers", "decode_offload_bytes"):
+            _check_positive(f"{where}.{key}", getattr(self, key), zero_ok=True)
+        if not self.tag:
+            raise ConfigError(f"config key '{where}.tag' must not be empty")
+        _check_segment_name(f"{where}.segment", self.segment)
+
 
 @dataclass
 class SegmentServerConfig:
@@ -155,6 +237,20 @@ class SegmentServerConfig:
     max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     max_reads_per_connection: int = 64  # outstanding ReadSegments (each may wait at the tail)
     max_writers_per_connection: int = 1024  # connection ids one TCP connection may set up
+
+    def check(self, where: str = "segment") -> None:
+        _check_listener(where, self)
+        for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
+                    "max_pending_bytes", "max_connections", "max_reads_per_connection", "max_writers_per_connection"):
+            _check_positive(f"{where}.{key}", getattr(self, key))
+        for key in ("read_wait", "idle_timeout", "receive_pool_bytes"):
+            _check_positive(f"{where}.{key}", getattr(self, key), zero_ok=True)
+        if self.max_message_size > 16 * MiB - 1:
+            raise ConfigError(f"config key '{where}.max_message_size' has value {self.max_message_size}; "
+                              f"the protocol allows at most {16 * MiB - 1}")
+        if self.max_event_size + 8 > self.max_message_size:
+            raise ConfigError(f"config key '{where}.max_event_size' has value {self.max_event_size}; "
+                              f"an Event message must fit {where}.max_message_size {self.max_message_size}")
 
 
 @dataclass
@@ -193,6 +289,46 @@ class LogjamConfig:
     curve_allowed_clients: list[str] = field(default_factory=list)  # Z85 client public keys; empty = any client
     subscribe_curve_server_key: str = ""  # Z85 public key of the devices in `subscribe`: they speak CurveZMQ
 
+    def check(self, where: str = "logjam") -> None:
+        for key in ("router_port", "pull_port", "pub_port"):
+            _check_port(f"{where}.{key}", getattr(self, key))
+        if self.curve_allowed_clients and not self.curve_secret_key:
+            raise ConfigError(f"config key '{where}.curve_allowed_clients' needs {where}.curve_secret_key")
+        if self.curve_secret_key:
+            check_curve_key(f"{where}.curve_secret_key", self.curve_secret_key)
+        for i, key in enumerate(self.curve_allowed_clients):
+            check_curve_key(f"{where}.curve_allowed_clients[{i}]", key)
+        if self.subscribe_curve_server_key:
+            check_curve_key(f"{where}.subscribe_curve_server_key", self.subscribe_curve_server_key)
+        if not 0 <= self.device_id <= 0xFFFFFFFF:
+            raise ConfigError(f"config key '{where}.device_id' has value {self.device_id}; "
+                              f"it must be 0..4294967295")
+        for i, endpoint in enumerate(self.subscribe):
+            _check_zmq_endpoint(f"{where}.subscribe[{i}]", endpoint)
+        for key in ("heartbeat_interval", "rcv_hwm", "pub_hwm", "max_message_size", "max_decompressed_size",
+                    "max_batch", "silence_timeout"):
+            _check_positive(f"{where}.{key}", getattr(self, key))
+        _check_segment_name(f"{where}.segment", self.segment)
+        if self.subscribe_segment:  # empty: `segment`
+            _check_segment_name(f"{where}.subscribe_segment", self.subscribe_segment)
+        for i, segment in enumerate(self.republish):
+            _check_segment_name(f"{where}.republish[{i}]", segment)
+        self.check_republish_names(where)
+
+    def check_republish_names(self, where: str = "logjam") -> None:
+        """Republished events' app-envs and topics are ones logjam accepts (the republisher checks them too,
+        when it starts on a section it was handed)."""
+        for i, route in enumerate(self.republish_routes):
+            if not LOGJAM_APP_ENV.match(route.app_env.encode()):
+                raise ConfigError(f"config key '{where}.republish_routes[{i}].app_env' has value {route.app_env!r};"
+                                  " it must be application-environment")
+            if route.topic and not LOGJAM_TOPIC.match(route.topic.encode()):
+                raise ConfigError(f"config key '{where}.republish_routes[{i}].topic' has value {route.topic!r};"
+                                  " it must be a logjam topic (logs.*, events.*, ...)")
+        if not LOGJAM_APP_ENV.match(self.republish_app_env.encode()):
+            raise ConfigError(f"config key '{where}.republish_app_env' has value {self.republish_app_env!r};"
+                              " it must be application-environment")
+
 
 @dataclass
 class ForwardOutputConfig:
@@ -218,6 +354,15 @@ class ForwardOutputConfig:
     # @fluent-org/logger refuse the whole chunk), "keep" as stored (for receivers that read the metadata)
     metadata_entries: Literal["strip", "keep"] = "strip"
 
+    def check(self, where: str) -> None:
+        _check_port(f"{where}.port", self.port)
+        _check_positive(f"{where}.ack_timeout", self.ack_timeout)
+        _check_positive(f"{where}.retry_wait", self.retry_wait)  # 0 would reconnect in a busy loop
+        for j, standby in enumerate(self.standby):
+            _check_standby(f"{where}.standby[{j}]", standby)
+        _check_positive(f"{where}.max_batch_bytes", self.max_batch_bytes)
+        _check_segment_name(f"{where}.segment", self.segment)
+
 
 @dataclass
 class LumberjackOutputConfig:
@@ -239,11 +384,27 @@ class LumberjackOutputConfig:
     tls_key: str = ""
     tls_verify: bool = True  # verify the server certificate and host name
 
+    def check(self, where: str) -> None:
+        _check_port(f"{where}.port", self.port)
+        if self.version not in (1, 2):
+            raise ConfigError(f"config key '{where}.version' has value {self.version}; it must be 1 or 2")
+        if not 0 <= self.compression_level <= 9:
+            raise ConfigError(f"config key '{where}.compression_level' has value {self.compression_level}; 0..9")
+        for key in ("window_size", "windows_in_flight", "ack_timeout", "reconnect_delay"):
+            _check_positive(f"{where}.{key}", getattr(self, key))
+        _check_segment_name(f"{where}.segment", self.segment)
+
 
 @dataclass
 class OutputsConfig:
     forward: list[ForwardOutputConfig] = field(default_factory=list)
     lumberjack: list[LumberjackOutputConfig] = field(default_factory=list)
+
+    def check(self, where: str = "outputs") -> None:
+        for kind in ("forward", "lumberjack"):
+            for i, out in enumerate(getattr(self, kind)):
+                out.check(f"{where}.{kind}[{i}]")
+        _check_output_names(self, where)
 
 
 @dataclass
@@ -257,6 +418,13 @@ class Config:
     logjam: LogjamConfig = field(default_factory=LogjamConfig)
     routes: list[RouteConfig] = field(default_factory=list)
     outputs: OutputsConfig = field(default_factory=OutputsConfig)
+
+    def check(self) -> None:
+        """Every section's checks (`load_config` runs them at start and on every reload alike)."""
+        for name in ("store", "hub", "metrics", "forward", "lumberjack", "segment", "logjam", "outputs"):
+            getattr(self, name).check(name)
+        for i, route in enumerate(self.routes):
+            route.check(f"routes[{i}]")
 
     def listener_sections(self) -> list[Any]:
         return [self.forward, self.lumberjack, self.segment, self.logjam]
@@ -362,17 +530,31 @@ def _check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
         raise ConfigError(f"config key {key!r} has value {value}; it must be {'>= 0' if zero_ok else '> 0'}")
 
 
+def _check_listener(where: str, section: ForwardConfig | LumberjackConfig | SegmentServerConfig) -> None:
+    """What every TCP listener's section shares: its port, its TLS and its limit per client address."""
+    _check_port(f"{where}.port", section.port)
+    section.tls.check(f"{where}.tls")
+    _check_positive(f"{where}.max_connections_per_peer", section.max_connections_per_peer, zero_ok=True)
+
+
+def parse_server_address(text: str) -> tuple[str, int, int]:
+    """`host:port[:weight]` (a Forward server, as `outputs.forward.standby` and `logport send --server` write
+    it) as (host, port, weight); ValueError when the port or weight is not a number."""
+    parts = text.rsplit(":", 2) if text.count(":") >= 2 and not text.startswith("[") else text.rsplit(":", 1)
+    host = parts[0] or "127.0.0.1"
+    port = int(parts[1]) if len(parts) > 1 else 24224
+    weight = int(parts[2]) if len(parts) > 2 else 60
+    return host, port, weight
+
+
 def _check_standby(key: str, text: str) -> None:
     """A standby server parses as the Forward output will parse it (`host:port[:weight]`), to a usable port."""
-    # imported here: the Forward client imports logport.tls, which imports this module (TLSConfig)
-    from logport.clients.forward import ServerAddress
-
     try:
-        server = ServerAddress.parse(text, standby=True)
+        _, port, weight = parse_server_address(text)
     except ValueError:
         raise ConfigError(f"config key {key!r} has value {text!r}; it must be \"host:port\" "
                           f"(or \"host:port:weight\")") from None
-    if not 1 <= server.port <= 65535 or server.weight < 0:
+    if not 1 <= port <= 65535 or weight < 0:
         raise ConfigError(f"config key {key!r} has value {text!r}; the port must be 1..65535 and the weight >= 0")
 
 
@@ -404,11 +586,37 @@ def output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
     return name if isinstance(out, ForwardOutputConfig) else f"lumberjack.{name}"
 
 
+def check_curve_key(key_name: str, value: str) -> bytes:
+    """A Z85 key from the config as bytes; a bad one is refused naming the key (not its value: it may be secret)."""
+    import zmq  # only a config with CurveZMQ keys needs libzmq to check them
+    from zmq.utils import z85
+
+    if len(value) != 40:
+        raise ConfigError(f"config key {key_name!r} must be a 40-character Z85 CurveZMQ key, got {len(value)} characters")
+    try:
+        z85.decode(value)
+    except (ValueError, KeyError, IndexError):
+        raise ConfigError(f"config key {key_name!r} is not Z85 text (a CurveZMQ key from zmq.curve_keypair())") from None
+    if not zmq.has("curve"):
+        raise ConfigError(f"config key {key_name!r} is set but this libzmq was built without CURVE support")
+    return value.encode()
+
+
+def check_segment_name(name: str) -> str:
+    """`name` if the store accepts it as a segment's name (its directory's name), else InvalidSegmentName."""
+    if not name:
+        raise InvalidSegmentName(name, "empty")
+    if len(name.encode()) > MAX_SEGMENT_NAME_BYTES:
+        raise InvalidSegmentName(name, f"{len(name.encode())} bytes exceeds {MAX_SEGMENT_NAME_BYTES}")
+    if not _SEGMENT_NAME.match(name):
+        raise InvalidSegmentName(name, "only A-Z a-z 0-9 . _ - are allowed")
+    if name in (".", ".."):
+        raise InvalidSegmentName(name, "reserved")
+    return name
+
+
 def _segment_name_problem(name: str) -> str:
     """Why the store would refuse `name` as a segment name; empty when it would not."""
-    # imported here: the store imports this module (its StoreConfig)
-    from logport.store.files import check_segment_name
-
     try:
         check_segment_name(name)
     except InvalidSegmentName as e:
@@ -421,21 +629,6 @@ def _check_segment_name(key: str, name: str) -> None:
     reason = _segment_name_problem(name)
     if reason:
         raise ConfigError(f"config key {key!r} has value {name!r}; not a segment name: {reason}")
-
-
-def _check_segment_names(config: Config) -> None:
-    for name in ("forward", "lumberjack", "logjam"):
-        _check_segment_name(f"{name}.segment", getattr(config, name).segment)
-    jam = config.logjam
-    if jam.subscribe_segment:  # empty: `segment`
-        _check_segment_name("logjam.subscribe_segment", jam.subscribe_segment)
-    for i, segment in enumerate(jam.republish):
-        _check_segment_name(f"logjam.republish[{i}]", segment)
-    for i, route in enumerate(config.routes):
-        _check_segment_name(f"routes[{i}].segment", route.segment)
-    for kind in ("forward", "lumberjack"):
-        for i, out in enumerate(getattr(config.outputs, kind)):
-            _check_segment_name(f"outputs.{kind}[{i}].segment", out.segment)
 
 
 def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, key: str, value: str,
@@ -457,13 +650,13 @@ def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, k
                           f"of {len(file_name.encode())} bytes exceeds {_MAX_FILE_NAME_BYTES}{unnamed}")
 
 
-def _check_output_names(outputs: OutputsConfig) -> None:
+def _check_output_names(outputs: OutputsConfig, where_outputs: str = "outputs") -> None:
     """Each output's name is safe as a file name, and no two share one: outputs of one name would share
     a checkpoint file (each resuming from the other's commits); the hub keys its output services by it too."""
     taken: dict[str, str] = {}  # checkpoint file -> the output that has it
     for kind in ("forward", "lumberjack"):
         for i, out in enumerate(getattr(outputs, kind)):
-            where = f"outputs.{kind}[{i}]"
+            where = f"{where_outputs}.{kind}[{i}]"
             key, value = (f"{where}.name", out.name) if out.name else (f"{where}.segment", out.segment)
             unnamed = "" if out.name else f" (an output without a name is named {default_output_name(out)!r})"
             _check_output_file_name(out, key, value, unnamed)
@@ -475,105 +668,5 @@ def _check_output_names(outputs: OutputsConfig) -> None:
 
 
 def validate(config: Config) -> None:
-    """Range checks that types alone cannot express."""
-    s = config.store
-    _check_positive("store.chunk_size", s.chunk_size)
-    _check_positive("store.max_frame_size", s.max_frame_size)
-    if s.max_frame_size + 8 > s.chunk_size:
-        raise ConfigError(
-            f"config key 'store.max_frame_size' has value {s.max_frame_size}; "
-            f"it must leave room for a frame header in store.chunk_size {s.chunk_size}"
-        )
-    _check_positive("store.max_segments", s.max_segments)
-    _check_positive("store.max_pending_bytes", s.max_pending_bytes)
-    _check_positive("store.writeback_bytes", s.writeback_bytes, zero_ok=True)
-    _check_positive("store.writer_state_limit", s.writer_state_limit)
-    _check_positive("store.spare_chunks", s.spare_chunks, zero_ok=True)
-    _check_positive("store.fsync_interval", s.fsync_interval)
-    _check_positive("store.retention_bytes", s.retention_bytes, zero_ok=True)
-    _check_positive("store.retention_age", s.retention_age, zero_ok=True)
-    _check_positive("store.retention_check_interval", s.retention_check_interval)
-    config.hub.check()
-    config.metrics.check()
-    for name in ("forward", "lumberjack", "segment"):
-        section = getattr(config, name)
-        _check_port(f"{name}.port", section.port)
-        tls = section.tls
-        if bool(tls.cert) != bool(tls.key):
-            raise ConfigError(f"config keys '{name}.tls.cert' and '{name}.tls.key' must be set together")
-        if tls.verify_client and not tls.client_ca:
-            raise ConfigError(f"config key '{name}.tls.verify_client' is true but '{name}.tls.client_ca' is empty")
-        _check_positive(f"{name}.tls.handshake_timeout", tls.handshake_timeout)
-        _check_positive(f"{name}.max_connections_per_peer", section.max_connections_per_peer, zero_ok=True)
-    fw = config.forward
-    for key in ("chunk_size_limit", "decompression_size_limit", "max_connections", "max_inflight_bytes",
-                "max_total_inflight_bytes"):
-        _check_positive(f"forward.{key}", getattr(fw, key))
-    _check_positive("forward.idle_timeout", fw.idle_timeout, zero_ok=True)
-    if fw.users and not fw.shared_key:
-        raise ConfigError("config key 'forward.users' needs 'forward.shared_key' (user auth is part of the handshake)")
-    for i, out in enumerate(config.outputs.forward):
-        _check_port(f"outputs.forward[{i}].port", out.port)
-        _check_positive(f"outputs.forward[{i}].ack_timeout", out.ack_timeout)
-        _check_positive(f"outputs.forward[{i}].retry_wait", out.retry_wait)  # 0 would reconnect in a busy loop
-        for j, standby in enumerate(out.standby):
-            _check_standby(f"outputs.forward[{i}].standby[{j}]", standby)
-        _check_positive(f"outputs.forward[{i}].max_batch_bytes", out.max_batch_bytes)
-    g = config.segment
-    for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
-                "max_pending_bytes", "max_connections", "max_reads_per_connection", "max_writers_per_connection"):
-        _check_positive(f"segment.{key}", getattr(g, key))
-    _check_positive("segment.read_wait", g.read_wait, zero_ok=True)
-    _check_positive("segment.idle_timeout", g.idle_timeout, zero_ok=True)
-    _check_positive("segment.receive_pool_bytes", g.receive_pool_bytes, zero_ok=True)
-    if g.max_message_size > 16 * MiB - 1:
-        raise ConfigError(f"config key 'segment.max_message_size' has value {g.max_message_size}; "
-                          f"the protocol allows at most {16 * MiB - 1}")
-    if g.max_event_size + 8 > g.max_message_size:
-        raise ConfigError(f"config key 'segment.max_event_size' has value {g.max_event_size}; "
-                          f"an Event message must fit segment.max_message_size {g.max_message_size}")
-    lj = config.lumberjack
-    for key in ("max_payload_size", "max_decompressed_size", "max_window_size", "keepalive_interval",
-                "max_connections", "partial_window_delay"):
-        _check_positive(f"lumberjack.{key}", getattr(lj, key))
-    _check_positive("lumberjack.max_window_bytes", lj.max_window_bytes)
-    _check_positive("lumberjack.idle_timeout", lj.idle_timeout, zero_ok=True)
-    _check_positive("lumberjack.decode_workers", lj.decode_workers, zero_ok=True)
-    _check_positive("lumberjack.decode_offload_bytes", lj.decode_offload_bytes, zero_ok=True)
-    if not lj.tag:
-        raise ConfigError("config key 'lumberjack.tag' must not be empty")
-    for i, lj_out in enumerate(config.outputs.lumberjack):
-        where = f"outputs.lumberjack[{i}]"
-        _check_port(f"{where}.port", lj_out.port)
-        if lj_out.version not in (1, 2):
-            raise ConfigError(f"config key '{where}.version' has value {lj_out.version}; it must be 1 or 2")
-        if not 0 <= lj_out.compression_level <= 9:
-            raise ConfigError(f"config key '{where}.compression_level' has value {lj_out.compression_level}; 0..9")
-        for key in ("window_size", "windows_in_flight", "ack_timeout", "reconnect_delay"):
-            _check_positive(f"{where}.{key}", getattr(lj_out, key))
-    _check_output_names(config.outputs)
-    for key in ("router_port", "pull_port", "pub_port"):
-        _check_port(f"logjam.{key}", getattr(config.logjam, key))
-    jam = config.logjam
-    if jam.curve_secret_key or jam.curve_allowed_clients or jam.subscribe_curve_server_key:
-        from logport.zmqcurve import check_key
-
-        if jam.curve_allowed_clients and not jam.curve_secret_key:
-            raise ConfigError("config key 'logjam.curve_allowed_clients' needs logjam.curve_secret_key")
-        if jam.curve_secret_key:
-            check_key("logjam.curve_secret_key", jam.curve_secret_key)
-        for i, key in enumerate(jam.curve_allowed_clients):
-            check_key(f"logjam.curve_allowed_clients[{i}]", key)
-        if jam.subscribe_curve_server_key:
-            check_key("logjam.subscribe_curve_server_key", jam.subscribe_curve_server_key)
-    if not 0 <= jam.device_id <= 0xFFFFFFFF:
-        raise ConfigError(f"config key 'logjam.device_id' has value {jam.device_id}; it must be 0..4294967295")
-    for i, endpoint in enumerate(jam.subscribe):
-        _check_zmq_endpoint(f"logjam.subscribe[{i}]", endpoint)
-    for key in ("heartbeat_interval", "rcv_hwm", "pub_hwm", "max_message_size", "max_decompressed_size",
-                "max_batch", "silence_timeout"):
-        _check_positive(f"logjam.{key}", getattr(jam, key))
-    for i, route in enumerate(config.routes):
-        if not route.segment:
-            raise ConfigError(f"config key 'routes[{i}].segment' must name a segment")
-    _check_segment_names(config)
+    """The checks types alone cannot make: each section's own, written beside its dataclass."""
+    config.check()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,6 +28,25 @@ class Runtime:
     metrics: Metrics
     router: Router
     hostname: str = field(default_factory=socket.gethostname)
+
+    async def append_routed(self, default_segment: str, batches: Iterable[tuple[str, bytes, int]]) -> dict[str, int]:
+        """Store every (tag, stored body, events in it) in the segment its tag routes to (`default_segment` when
+        no route matches): each segment's bodies in one append, the segments' appends at once. Returns once
+        all are durable, with the events stored per segment; raises what the store raised."""
+        router = self.router
+        by_segment: dict[str, list[bytes]] = {}
+        counts: dict[str, int] = {}
+        for tag, body, events in batches:
+            segment = router.segment_for(tag, default_segment)
+            by_segment.setdefault(segment, []).append(body)
+            counts[segment] = counts.get(segment, 0) + events
+        store = self.store
+        if len(by_segment) == 1:  # the common case: no task for gather to make
+            ((segment, bodies),) = by_segment.items()
+            await store.append(segment, bodies)
+        elif by_segment:
+            await asyncio.gather(*(store.append(segment, bodies) for segment, bodies in by_segment.items()))
+        return counts
 
     def logger(self, name: str) -> logging.Logger:
         return logging.getLogger(f"logport.{name}")

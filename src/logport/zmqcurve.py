@@ -14,23 +14,9 @@ import zmq
 import zmq.asyncio
 from zmq.utils import z85
 
-from logport.errors import ConfigError
 from logport.servers._guard import ThrottledLog
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks a context's ZAP handler (RFC 27)
-
-
-def check_key(key_name: str, value: str) -> bytes:
-    """A Z85 key from the config as bytes; a bad one is refused naming the key (not its value: it may be secret)."""
-    if len(value) != 40:
-        raise ConfigError(f"config key {key_name!r} must be a 40-character Z85 CurveZMQ key, got {len(value)} characters")
-    try:
-        z85.decode(value)
-    except (ValueError, KeyError, IndexError):
-        raise ConfigError(f"config key {key_name!r} is not Z85 text (a CurveZMQ key from zmq.curve_keypair())") from None
-    if not zmq.has("curve"):
-        raise ConfigError(f"config key {key_name!r} is set but this libzmq was built without CURVE support")
-    return value.encode()
 
 
 def public_key(secret: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,3 +235,51 @@ def test_hub_and_metrics_checks_beside_their_sections(tmp_path: Path, toml: str,
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert str(e.value) == message
+
+
+def test_config_imports_nothing_of_logport_above_errors() -> None:
+    """config.py sits at the bottom of the layers beside errors.py: importing it (in a fresh interpreter, so that
+    no other test's imports count) loads no other logport module, so that anything may import the config and no
+    cycle runs back through it (as config -> clients.forward -> tls -> config once did)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, logport.config\n"
+            "print(' '.join(sorted(m for m in sys.modules if m == 'logport' or m.startswith('logport.'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert loaded == ["logport", "logport.config", "logport.errors"]
+
+
+def test_every_section_checks_itself_as_validate_does() -> None:
+    """Each section's check() beside its dataclass is what validate() runs: a section alone refuses what the
+    whole config refuses, under the key the config file spells."""
+    from logport.config import (
+        Config,
+        ForwardOutputConfig,
+        LogjamConfig,
+        LogjamRepublishRoute,
+        LumberjackConfig,
+        RouteConfig,
+        StoreConfig,
+        validate,
+    )
+
+    cases: list[tuple[Any, str, str]] = [
+        (StoreConfig(chunk_size=0), "store", "store.chunk_size"),
+        (LumberjackConfig(tag=""), "lumberjack", "lumberjack.tag"),
+        (LumberjackConfig(segment="a/b"), "lumberjack", "lumberjack.segment"),
+        # at load (and so on a reload), not only when the republisher starts
+        (LogjamConfig(republish_routes=[LogjamRepublishRoute(app_env="web-production", topic="nope")]), "logjam",
+         "logjam.republish_routes[0].topic"),
+    ]
+    for section, name, key in cases:
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            section.check(name)
+        config = Config()
+        setattr(config, name, section)
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            validate(config)
+    with pytest.raises(ConfigError, match=re.escape("routes[0].segment")):
+        RouteConfig(segment="").check("routes[0]")
+    with pytest.raises(ConfigError, match=re.escape("outputs.forward[0].standby[0]")):
+        ForwardOutputConfig(standby=["host:port"]).check("outputs.forward[0]")

@@ -23,6 +23,7 @@ from typing import Any
 from logport.batch import pack_entries
 from logport.clients import flags
 from logport.clients.lines import Acknowledged, record_from_line
+from logport.config import parse_server_address
 from logport.errors import AuthenticationError, LogportError, ProtocolError, failure_reason
 from logport.protocols import forward as fp
 
@@ -45,10 +46,7 @@ class ServerAddress:
     @classmethod
     def parse(cls, text: str, *, standby: bool = False) -> ServerAddress:
         """`host:port[:weight]`."""
-        parts = text.rsplit(":", 2) if text.count(":") >= 2 and not text.startswith("[") else text.rsplit(":", 1)
-        host = parts[0] or "127.0.0.1"
-        port = int(parts[1]) if len(parts) > 1 else 24224
-        weight = int(parts[2]) if len(parts) > 2 else 60
+        host, port, weight = parse_server_address(text)
         return cls(host, port, weight, standby)
 
     def __str__(self) -> str:

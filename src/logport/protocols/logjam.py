@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import cramjam
 
+from logport.config import LOGJAM_APP_ENV, LOGJAM_TOPIC
 from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 
 META: Final = struct.Struct("!HBBIQQ")  # tag, compression, version, device, created_ms, sequence
@@ -44,9 +45,8 @@ HEARTBEAT: Final = b"heartbeat"
 
 # app-env = application "-" environment; application = ALPHA *(ALPHA / "_" / "-");
 # environment = ALPHA *(ALPHA / "_"). The environment is what follows the last "-".
-_APP_ENV = re.compile(rb"[A-Za-z][A-Za-z_-]*-[A-Za-z][A-Za-z_]*\Z")
-_TOPIC_PART = rb"(?:\.[A-Za-z][A-Za-z_-]*)*"
-_TOPIC = re.compile(rb"(?:(?:logs|javascript|events)" + _TOPIC_PART + rb"|frontend\.page|frontend\.ajax|mobile)\Z")
+_APP_ENV = LOGJAM_APP_ENV  # written once, in config.py, which checks the republisher's names with them too
+_TOPIC = LOGJAM_TOPIC
 
 
 class InvalidMessage(RemoteProtocolError):

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
 
@@ -102,9 +103,11 @@ class TLSOnPlaintextPort(RemoteProtocolError):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_payload_size: int = 64 * 1024 * 1024  # one J/D/C frame's payload
-    max_decompressed_size: int = 256 * 1024 * 1024  # what one C frame (with its nested ones) inflates to
-    max_window_size: int = 1_000_000  # events announced by one W frame
+    """What one connection may send; the defaults are the [lumberjack] section's, written once in config.py."""
+
+    max_payload_size: int = LumberjackConfig.max_payload_size  # one J/D/C frame's payload
+    max_decompressed_size: int = LumberjackConfig.max_decompressed_size  # what one C frame (with its nested ones) inflates to
+    max_window_size: int = LumberjackConfig.max_window_size  # events announced by one W frame
 
 
 class Role(enum.Enum):

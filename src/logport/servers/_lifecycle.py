@@ -12,7 +12,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from logport.config import TLSConfig
@@ -73,6 +73,58 @@ class ReadGate:
         return False
 
 
+class IdleSettings(Protocol):
+    idle_timeout: float  # seconds; 0 = never (read at every look, so that a reload applies to open connections)
+
+
+class IdleTimeout:
+    """Closes a connection that has received nothing for `idle_timeout` seconds and holds nothing unanswered.
+
+    Every listener's connections use this one: a timer armed when the connection starts that, when it fires,
+    looks how long the connection has been quiet (`touch()` on every byte received, and where a listener counts
+    it, on every answer sent) and fires again when the rest of the timeout has passed, rather than being
+    rescheduled on every read. A connection still storing or answering what it received is not idle.
+    """
+
+    __slots__ = ("settings", "peer", "busy", "expire", "last_activity", "_timer")
+
+    def __init__(self, settings: IdleSettings, busy: Callable[[], bool], expire: Callable[[], None]) -> None:
+        self.settings = settings
+        self.peer = "?"
+        self.busy = busy
+        self.expire = expire  # closes the connection (and counts it where the listener has a metric for it)
+        self.last_activity = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, peer: str) -> None:
+        self.peer = peer
+        self.last_activity = time.monotonic()
+        timeout = self.settings.idle_timeout
+        if timeout > 0:
+            self._timer = asyncio.get_running_loop().call_later(timeout, self._look)
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _look(self) -> None:
+        self._timer = None
+        timeout = self.settings.idle_timeout
+        if timeout <= 0:  # turned off by a reload
+            return
+        quiet = time.monotonic() - self.last_activity
+        if quiet >= timeout and not self.busy():
+            log.info("closing idle connection", extra={"peer": self.peer, "limit": "idle_timeout",
+                                                        "value": round(quiet, 1)})
+            self.expire()
+            return
+        self._timer = asyncio.get_running_loop().call_later(max(timeout - quiet, 0.05), self._look)
+
+
 class Listener(Protocol):
     """What the hub does with every listener, whatever its protocol."""
 
@@ -106,6 +158,7 @@ class DrainableConnection(Protocol):
 
 
 LIFECYCLE = "lifecycle"  # the ReadGate reason of the hub's pause
+BUDGET = "budget"  # the ReadGate reason of a connection over what it may hold unstored (each listener's own measure)
 
 
 class TcpListener:

@@ -18,7 +18,6 @@ import base64
 import hashlib
 import logging
 import socket
-import time
 import typing
 from typing import Any
 
@@ -29,7 +28,7 @@ from logport.errors import LimitExceeded, ProtocolError, StoreError
 from logport.protocols import forward as fp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
-from logport.servers._lifecycle import ReadGate, TcpListener, peer_name
+from logport.servers._lifecycle import BUDGET, IdleTimeout, ReadGate, TcpListener, peer_name
 from logport.store import WriterCondition
 
 log = logging.getLogger("logport.forward")
@@ -39,6 +38,8 @@ _BATCH_OVERHEAD = 512  # room for tag and option next to the entries in one stor
 
 
 class ForwardMetrics:
+    """Counters of the Forward listener (`logport_forward_*`)."""
+
     def __init__(self, runtime: Runtime) -> None:
         r = runtime.metrics.registry
         self.connections = Gauge("logport_forward_connections", "Open Forward connections", registry=r)
@@ -142,8 +143,7 @@ class ForwardConnection(asyncio.Protocol):
         self.closing = False
         self.eof = False
         self.storing = 0  # batches handed to the store and not yet answered
-        self.last_data = time.monotonic()
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self.idle = IdleTimeout(self.config, busy=lambda: bool(self.tasks), expire=self._close_idle)
         self._hostname: asyncio.Future[str] | None = None  # the peer name lookup, held while it runs
         self._extra: dict[str, str] = {}
 
@@ -184,8 +184,7 @@ class ForwardConnection(asyncio.Protocol):
         helo = self.conn.initiate()
         if helo:
             transport.write(helo)
-        if self.config.idle_timeout:
-            self._idle_timer = asyncio.get_running_loop().call_later(self.config.idle_timeout, self._check_idle)
+        self.idle.start(self.peer)
 
     def _hostname_known(self, resolved: asyncio.Future[str]) -> None:
         if resolved.cancelled() or self.closing or self.transport is None:
@@ -205,8 +204,7 @@ class ForwardConnection(asyncio.Protocol):
             self.server.connections.discard(self)
             self.server.guard.release(self.peer)
             self.server.metrics.connections.dec()
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
+        self.idle.cancel()
 
     def close(self) -> None:
         if not self.closing and self.transport is not None:
@@ -218,22 +216,16 @@ class ForwardConnection(asyncio.Protocol):
         while self.tasks:
             await asyncio.wait(set(self.tasks))
 
-    def _check_idle(self) -> None:
-        idle = time.monotonic() - self.last_data
-        timeout = self.config.idle_timeout
-        if idle >= timeout and not self.tasks:
-            log.info("idle connection closed", extra={"peer": self.peer, "idle_timeout": timeout})
-            self.server.metrics.errors.labels("idle_timeout").inc()
-            self.close()
-        elif not self.closing:
-            self._idle_timer = asyncio.get_running_loop().call_later(max(timeout - idle, 0.05), self._check_idle)
+    def _close_idle(self) -> None:
+        self.server.metrics.errors.labels("idle_timeout").inc()
+        self.close()
 
     # --- receiving ---
 
     def data_received(self, data: bytes) -> None:
         if self.conn is None or self.closing:
             return
-        self.last_data = time.monotonic()
+        self.idle.touch()
         conn = self.conn
         try:
             conn.receive_data(data)
@@ -294,10 +286,10 @@ class ForwardConnection(asyncio.Protocol):
         task = asyncio.ensure_future(self._store(batch, size))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        if self.over_budget() and not self.gate.holds("budget") and self.transport is not None:
+        if self.over_budget() and not self.gate.holds(BUDGET) and self.transport is not None:
             self.server.paused.add(self)
             self.server.metrics.read_pauses.inc()
-            self.gate.hold("budget")
+            self.gate.hold(BUDGET)
 
     def over_budget(self) -> bool:
         """Received but not yet stored: over this connection's limit, or over the whole listener's."""
@@ -306,10 +298,10 @@ class ForwardConnection(asyncio.Protocol):
 
     def resume_if_under(self) -> None:
         cfg = self.config
-        if (self.gate.holds("budget") and self.inflight <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
+        if (self.gate.holds(BUDGET) and self.inflight <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
                 and self.server.inflight <= cfg.max_total_inflight_bytes * _READ_PAUSED_BELOW):
             self.server.paused.discard(self)
-            self.gate.release("budget")
+            self.gate.release(BUDGET)
 
     async def _store(self, batch: fp.EventBatch, size: int) -> None:
         server = self.server

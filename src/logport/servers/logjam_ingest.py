@@ -5,7 +5,6 @@ Shared by the device side (ROUTER / PULL) and the consumer side (SUB).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -174,7 +173,4 @@ def log_invalid(metrics: LogjamMetrics, error: ProtocolError, peer: str, socket:
 
 async def store_accepted(runtime: Runtime, default_segment: str, accepted: list[Accepted]) -> None:
     """Append every accepted message (one stored event each) durably, grouped per routed segment."""
-    by_segment: dict[str, list[bytes]] = {}
-    for item in accepted:
-        by_segment.setdefault(runtime.router.segment_for(item.tag, default_segment), []).append(item.stored)
-    await asyncio.gather(*(runtime.store.append(segment, bodies) for segment, bodies in by_segment.items()))
+    await runtime.append_routed(default_segment, ((item.tag, item.stored, 1) for item in accepted))

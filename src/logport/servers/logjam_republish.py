@@ -16,7 +16,7 @@ import orjson
 
 from logport.batch import BatchDecodeError, decode_batch
 from logport.config import LogjamConfig
-from logport.errors import ConfigError, OffsetTruncated
+from logport.errors import OffsetTruncated
 from logport.protocols import logjam as lj
 from logport.routing import compile_pattern
 from logport.runtime import Runtime
@@ -31,18 +31,9 @@ class StreamNames:
     """Tag -> (app-env, topic) by the first matching republish route."""
 
     def __init__(self, config: LogjamConfig) -> None:
+        config.check_republish_names()  # load_config checked them; a section built in code is checked here
         self.routes = [(compile_pattern(r.match), r.app_env.encode(), r.topic.encode()) for r in config.republish_routes]
         self.default_app_env = config.republish_app_env.encode()
-        for i, (_, app_env, topic) in enumerate(self.routes):
-            if not lj.valid_app_env(app_env):
-                raise ConfigError(f"config key 'logjam.republish_routes[{i}].app_env' has value {app_env.decode()!r};"
-                                  " it must be application-environment")
-            if topic and not lj.valid_topic(topic):
-                raise ConfigError(f"config key 'logjam.republish_routes[{i}].topic' has value {topic.decode()!r};"
-                                  " it must be a logjam topic (logs.*, events.*, ...)")
-        if not lj.valid_app_env(self.default_app_env):
-            raise ConfigError(f"config key 'logjam.republish_app_env' has value {config.republish_app_env!r};"
-                              " it must be application-environment")
         self._cache: dict[str, tuple[bytes, bytes]] = {}
 
     def for_tag(self, tag: str) -> tuple[bytes, bytes]:

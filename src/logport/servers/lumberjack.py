@@ -42,7 +42,14 @@ from logport.protocols.lumberjack import (
 )
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard
-from logport.servers._lifecycle import ReadGate, TcpListener, peer_name, wait_until
+from logport.servers._lifecycle import (
+    BUDGET,
+    IdleTimeout,
+    ReadGate,
+    TcpListener,
+    peer_name,
+    wait_until,
+)
 from logport.workers import WorkerPool
 
 log = logging.getLogger("logport.lumberjack")
@@ -113,6 +120,8 @@ def _retrieve(task: asyncio.Task[None]) -> None:
 
 
 class LumberjackMetrics:
+    """Counters of the Lumberjack listener (`logport_lumberjack_*`)."""
+
     def __init__(self, runtime: Runtime) -> None:
         r = runtime.metrics.registry
         self.events = Counter("logport_lumberjack_events", "Events stored and acknowledged", ["segment"], registry=r)
@@ -344,11 +353,10 @@ class LumberjackConnection(asyncio.Protocol):
         self.announced = 0  # the size of the W frame parsed last, while nothing has followed it
         self.task: asyncio.Task[None] | None = None
         self.partial_timer: asyncio.TimerHandle | None = None
-        self.idle_timer: asyncio.TimerHandle | None = None
         self.keepalive_timer: asyncio.TimerHandle | None = None
-        self.last_activity = self.loop.time()
+        # an ack sent counts as activity too: a window being stored is not a silent connection
+        self.idle = IdleTimeout(self.config, busy=self._holds_events, expire=self._close_idle)
         self.storing = False
-        self.paused = False  # by the windows being stored (PAUSE_AT_WINDOWS)
         self.gate = ReadGate(None)
         self.closed = False
 
@@ -370,12 +378,12 @@ class LumberjackConnection(asyncio.Protocol):
         self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, decode_json=False,
                                 defer_compressed=srv.decoders is not None or _scan_window is not None)
         self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
-        self._arm_idle()
+        self.idle.start(self.peer)
 
     def data_received(self, data: bytes) -> None:
         if self.closed or self.proto is None:
             return
-        self.last_activity = self.loop.time()
+        self.idle.touch()
         srv = self.server
         proto = self.proto
         proto.receive_data(data)
@@ -565,12 +573,15 @@ class LumberjackConnection(asyncio.Protocol):
         if self.transport is None or self.closed:
             return
         busy = len(self.jobs) + self.decoding
-        if busy >= PAUSE_AT_WINDOWS and not self.paused:
-            self.paused = True
-            self.gate.hold("budget")
-        elif busy <= RESUME_AT_WINDOWS and self.paused:
-            self.paused = False
-            self.gate.release("budget")
+        if busy >= PAUSE_AT_WINDOWS:
+            self.gate.hold(BUDGET)
+        elif busy <= RESUME_AT_WINDOWS:
+            self.gate.release(BUDGET)
+
+    @property
+    def paused(self) -> bool:
+        """Paused by the windows being stored (PAUSE_AT_WINDOWS)."""
+        return self.gate.holds(BUDGET)
 
     async def _append(self, window: Window) -> None:
         """Store a window (its tasks start in the order windows are queued, so they reach the store in it)."""
@@ -580,18 +591,7 @@ class LumberjackConnection(asyncio.Protocol):
         if batches is None:
             batches = build_batches(window.events, tag=cfg.tag, tag_from_beat=cfg.tag_from_beat, peer=self.peer,
                                     max_body=srv.max_body, received_ns=time.time_ns())
-        by_segment: dict[str, list[bytes]] = {}
-        counts: dict[str, int] = {}
-        for tag, body, count in batches:
-            segment = srv.runtime.router.segment_for(tag, cfg.segment)
-            by_segment.setdefault(segment, []).append(body)
-            counts[segment] = counts.get(segment, 0) + count
-        store = srv.runtime.store
-        if len(by_segment) == 1:
-            ((segment, bodies),) = by_segment.items()
-            await store.append(segment, bodies)
-        else:
-            await asyncio.gather(*(store.append(s, b) for s, b in by_segment.items()))
+        counts = await srv.runtime.append_routed(cfg.segment, batches)
         for segment, count in counts.items():
             srv.metrics.events.labels(segment).inc(count)
 
@@ -620,7 +620,7 @@ class LumberjackConnection(asyncio.Protocol):
                     return
                 self.transport.write(encode_ack(window.version, window.last_seq))
                 srv.metrics.windows.inc()
-                self.last_activity = self.loop.time()
+                self.idle.touch()
                 self._check_pressure()
         except asyncio.CancelledError:
             raise
@@ -662,24 +662,12 @@ class LumberjackConnection(asyncio.Protocol):
         else:
             self._shutdown()
 
-    def _arm_idle(self) -> None:
-        timeout = self.config.idle_timeout
-        if timeout > 0:
-            self.idle_timer = self.loop.call_later(timeout, self._check_idle)
+    def _holds_events(self) -> bool:
+        return bool(self.storing or self.jobs or self.window or self.pending)
 
-    def _check_idle(self) -> None:
-        self.idle_timer = None
-        if self.closed:
-            return
-        timeout = self.config.idle_timeout
-        quiet = self.loop.time() - self.last_activity
-        if quiet >= timeout and not self.storing and not self.jobs and not self.window and not self.pending:
-            log.info("closing idle connection", extra={"peer": self.peer, "limit": "idle_timeout",
-                                                        "value": round(quiet, 1)})
-            self.server.metrics.errors.labels("idle_timeout").inc()
-            self.abort()
-            return
-        self.idle_timer = self.loop.call_later(max(0.05, timeout - quiet), self._check_idle)
+    def _close_idle(self) -> None:
+        self.server.metrics.errors.labels("idle_timeout").inc()
+        self.abort()
 
     def _fail(self, error: BaseException) -> None:
         if self.closed:
@@ -705,10 +693,11 @@ class LumberjackConnection(asyncio.Protocol):
         if self.closed and self not in self.server.connections:
             return
         self.closed = True
-        for timer in (self.partial_timer, self.idle_timer, self.keepalive_timer):
+        for timer in (self.partial_timer, self.keepalive_timer):
             if timer is not None:
                 timer.cancel()
-        self.partial_timer = self.idle_timer = self.keepalive_timer = None
+        self.partial_timer = self.keepalive_timer = None
+        self.idle.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
         for item in self.pending:

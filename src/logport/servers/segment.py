@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import time
 import typing
 import uuid
 from dataclasses import dataclass, field
@@ -20,14 +19,20 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from logport import errors
-from logport.config import SegmentServerConfig
+from logport.config import SegmentServerConfig, check_segment_name
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
-from logport.servers._lifecycle import SETTLE_POLL, ReadGate, TcpListener, peer_name
+from logport.servers._lifecycle import (
+    BUDGET,
+    SETTLE_POLL,
+    IdleTimeout,
+    ReadGate,
+    TcpListener,
+    peer_name,
+)
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
-from logport.store.files import check_segment_name
 from logport.store.identity import ensure_hub_identity
 
 log = logging.getLogger("logport.segment")
@@ -35,30 +40,22 @@ log = logging.getLogger("logport.segment")
 POOL_TRIM_INTERVAL = 30.0  # seconds: receive buffers not taken again in one such interval are freed at the next
 
 
-@dataclass
 class SegmentMetrics:
-    connections: Gauge
-    append_blocks: Counter
-    append_bytes: Counter
-    duplicate_blocks: Counter
-    read_bytes: Counter
-    protocol_errors: Counter
-    receive_pool_bytes: Gauge
+    """Counters of the segment listener (`logport_segment_*`)."""
 
-    @classmethod
-    def create(cls, runtime: Runtime) -> SegmentMetrics:
+    def __init__(self, runtime: Runtime) -> None:
         r = runtime.metrics.registry
-        return cls(
-            Gauge("logport_segment_connections", "Open segment-protocol connections", registry=r),
-            Counter("logport_segment_append_blocks", "Append blocks received", registry=r),
-            Counter("logport_segment_append_bytes", "Event bytes stored from append blocks", registry=r),
-            Counter("logport_segment_duplicate_blocks", "Retransmitted blocks acknowledged without storing",
-                    registry=r),
-            Counter("logport_segment_read_bytes", "Bytes sent in SegmentRead replies", registry=r),
-            Counter("logport_segment_protocol_errors", "Connections closed for breaking the protocol", registry=r),
-            Gauge("logport_segment_receive_pool_bytes", "Free append-block receive buffers kept for reuse",
-                  registry=r),
-        )
+        self.connections = Gauge("logport_segment_connections", "Open segment-protocol connections", registry=r)
+        self.append_blocks = Counter("logport_segment_append_blocks", "Append blocks received", registry=r)
+        self.append_bytes = Counter("logport_segment_append_bytes", "Event bytes stored from append blocks",
+                                    registry=r)
+        self.duplicate_blocks = Counter("logport_segment_duplicate_blocks",
+                                        "Retransmitted blocks acknowledged without storing", registry=r)
+        self.read_bytes = Counter("logport_segment_read_bytes", "Bytes sent in SegmentRead replies", registry=r)
+        self.protocol_errors = Counter("logport_segment_protocol_errors",
+                                       "Connections closed for breaking the protocol", registry=r)
+        self.receive_pool_bytes = Gauge("logport_segment_receive_pool_bytes",
+                                        "Free append-block receive buffers kept for reuse", registry=r)
 
 
 @dataclass
@@ -88,7 +85,7 @@ class SegmentServer(TcpListener):
         self.runtime = runtime
         self.config: SegmentServerConfig = runtime.config.segment
         self.store: SegmentStore = runtime.store
-        self.metrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics.create(runtime))
+        self.metrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics(runtime))
         self.hub_id = ensure_hub_identity(runtime.config.store.data_dir)  # answers GetHubInfo
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
@@ -99,7 +96,6 @@ class SegmentServer(TcpListener):
                                      max_per_peer=self.config.max_connections_per_peer)
         self.auth_failures = FailureLimiter(log, what="segment authentication")  # slows down token guessing
         self._server: asyncio.Server | None = None
-        self._idle_task: asyncio.Task[None] | None = None
         self._trim_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -109,8 +105,6 @@ class SegmentServer(TcpListener):
             reuse_address=True, **self.tls_options(self.config.tls),
         )
         self._listening = self._server
-        if self.config.idle_timeout > 0:
-            self._idle_task = loop.create_task(self._close_idle())
         if self.config.receive_pool_bytes:
             self._trim_task = loop.create_task(self._trim_pool())
         log.info("segment listener", extra={"bind": self.config.bind, "port": self.port})
@@ -125,25 +119,14 @@ class SegmentServer(TcpListener):
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def _close_idle(self) -> None:
-        timeout = self.config.idle_timeout
-        while True:
-            await asyncio.sleep(timeout / 2)
-            now = time.monotonic()
-            for conn in list(self.connections):
-                if now - conn.last_activity > timeout and not conn.busy():
-                    log.info("closing idle connection", extra={"peer": conn.peer, "idle_timeout": timeout})
-                    conn.close()
-
     async def _trim_pool(self) -> None:
         while True:
             await asyncio.sleep(POOL_TRIM_INTERVAL)
             self.receive_pool.trim()
 
     async def close(self) -> None:
-        for task in (self._idle_task, self._trim_task):
-            if task is not None:
-                task.cancel()
+        if self._trim_task is not None:
+            self._trim_task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -173,10 +156,9 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.writers: dict[uuid.UUID, _Writer] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending_bytes = 0
-        self.reading_paused = False  # by max_pending_bytes
         self.gate = ReadGate(None)
         self.authenticated = not server.config.token
-        self.last_activity = time.monotonic()
+        self.idle = IdleTimeout(self.config, busy=self.busy, expire=self.close)
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._closing = False
@@ -203,12 +185,14 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.server.connections.add(self)
         self.server.metrics.connections.inc()
         self.server.admit_paused(self.gate)
+        self.idle.start(self.peer)
         self._control_task = asyncio.get_running_loop().create_task(self._run_control())
         self._control_task.add_done_callback(self._control_done)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._can_write.set()
+        self.idle.cancel()
         if self in self.server.connections:
             self.server.connections.discard(self)
             self.server.guard.release(self.peer)
@@ -228,7 +212,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         return self.conn.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_activity = time.monotonic()
+        self.idle.touch()
         if self._closing:
             return
         conn = self.conn
@@ -540,9 +524,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         if writer.failed:
             return
         self.pending_bytes += len(block.data)
-        if self.pending_bytes > self.config.max_pending_bytes and not self.reading_paused:
-            self.reading_paused = True  # back-pressure: the store is behind
-            self.gate.hold("budget")
+        if self.pending_bytes > self.config.max_pending_bytes:
+            self.gate.hold(BUDGET)  # back-pressure: the store is behind
         # Queued in the store now when the writer is set up and every block before is queued: a task
         # starts on the loop's next turn, which comes late while it reads many sockets (8 appenders of
         # 64 KiB events: 618-801 -> 808-883 MB/s). Otherwise the task queues it; tasks start in creation
@@ -561,9 +544,13 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
 
     def _release(self, nbytes: int) -> None:
         self.pending_bytes -= nbytes
-        if self.reading_paused and self.pending_bytes <= self.config.max_pending_bytes // 2:
-            self.reading_paused = False
-            self.gate.release("budget")
+        if self.pending_bytes <= self.config.max_pending_bytes // 2:
+            self.gate.release(BUDGET)
+
+    @property
+    def reading_paused(self) -> bool:
+        """Paused by max_pending_bytes."""
+        return self.gate.holds(BUDGET)
 
     async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None,
                            queued: asyncio.Future[AppendResult] | None) -> None:

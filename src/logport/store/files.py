@@ -6,31 +6,17 @@ import bisect
 import ctypes
 import json
 import os
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from logport.errors import InvalidSegmentName
+from logport.config import MAX_SEGMENT_NAME_BYTES
 
 CHUNK_SUFFIX = ".log"
 STATE_FILE = "state.json"
 SEGMENTS_DIR = "segments"
-MAX_NAME_BYTES = 250
-_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
-
-
-def check_segment_name(name: str) -> str:
-    if not name:
-        raise InvalidSegmentName(name, "empty")
-    if len(name.encode()) > MAX_NAME_BYTES:
-        raise InvalidSegmentName(name, f"{len(name.encode())} bytes exceeds {MAX_NAME_BYTES}")
-    if not _NAME.match(name):
-        raise InvalidSegmentName(name, "only A-Z a-z 0-9 . _ - are allowed")
-    if name in (".", ".."):
-        raise InvalidSegmentName(name, "reserved")
-    return name
+MAX_NAME_BYTES = MAX_SEGMENT_NAME_BYTES  # the rule is written beside the config's checks, which name segments too
 
 
 def chunk_path(seg_dir: Path, base: int) -> Path:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from logport.batch import BatchDecodeError, decode_batch, iter_entries
+from logport.config import check_segment_name
 from logport.errors import NoSuchSegment, OffsetTruncated, StoreError
 from logport.store import frames, groups
-from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState, check_segment_name
+from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState
 from logport.store.verified import VerifiedReads
 
 READ_SIZE = 4 * 1024 * 1024

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from logport.config import check_segment_name
 from logport.errors import (
     CorruptData,
     NoSuchSegment,
@@ -18,7 +19,7 @@ from logport.errors import (
 )
 from logport.metrics import Metrics
 from logport.store import frames
-from logport.store.files import SEGMENTS_DIR, check_segment_name
+from logport.store.files import SEGMENTS_DIR
 from logport.store.lock import DataDirectoryLock
 from logport.store.segment import (
     AppendResult,
