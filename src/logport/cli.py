@@ -286,10 +286,13 @@ def cmd_cat(args: argparse.Namespace) -> int:
 
         data_dir = _data_dir(args)
         reader = DirectoryReader(data_dir)
-        if args.follow:
-            _wait_for_segment(reader, args.segment, data_dir)
-        for segment, offset, body in reader.follow(args.segment, args.offset, follow=args.follow):
-            write_events(sys.stdout, segment, offset, body)
+        try:  # its chunk files are closed on every way out (main() also runs in-process: tests, scripts)
+            if args.follow:
+                _wait_for_segment(reader, args.segment, data_dir)
+            for segment, offset, body in reader.follow(args.segment, args.offset, follow=args.follow):
+                write_events(sys.stdout, segment, offset, body)
+        finally:
+            reader.close()
     except KeyboardInterrupt:  # the way to stop --follow
         pass
     return 0
