@@ -401,10 +401,11 @@ class OutputsConfig:
     lumberjack: list[LumberjackOutputConfig] = field(default_factory=list)
 
     def check(self, where: str = "outputs") -> None:
+        # names first: an unnamed output is named after its segment, and its refusal says so
+        _check_output_names(self, where)
         for kind in ("forward", "lumberjack"):
             for i, out in enumerate(getattr(self, kind)):
                 out.check(f"{where}.{kind}[{i}]")
-        _check_output_names(self, where)
 
 
 @dataclass
