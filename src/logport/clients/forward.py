@@ -247,7 +247,10 @@ class ServerLink(asyncio.Protocol):
         self.last_used = time.monotonic()
         if waiters:
             try:
-                await asyncio.wait_for(asyncio.gather(*waiters), self.config.ack_timeout)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that comes as
+                # the acks do, and a task cancelled then (an output or a sender being stopped) went on sending
+                async with asyncio.timeout(self.config.ack_timeout):
+                    await asyncio.gather(*waiters)
             except TimeoutError:
                 # an ack may still come for a chunk we will resend: drop the connection (Fluentd does the same)
                 self.close()
@@ -338,11 +341,13 @@ class ForwardSender:
             link.close()
         cfg = self.config
         loop = asyncio.get_running_loop()
-        _, new = await asyncio.wait_for(loop.create_connection(
-            lambda: ServerLink(server, cfg), server.host, server.port, ssl=cfg.tls,
-            server_hostname=self.server_hostname(server)), cfg.connect_timeout)
+        async with asyncio.timeout(cfg.connect_timeout):  # not wait_for: see ServerLink.send
+            _, new = await loop.create_connection(
+                lambda: ServerLink(server, cfg), server.host, server.port, ssl=cfg.tls,
+                server_hostname=self.server_hostname(server))
         try:
-            await asyncio.wait_for(new.ready, cfg.connect_timeout)
+            async with asyncio.timeout(cfg.connect_timeout):
+                await new.ready
         except BaseException:  # no HELO/PONG in time, or the handshake refused: the server keeps no half-open link
             new.close()
             raise
