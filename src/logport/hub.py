@@ -72,8 +72,8 @@ class Hub:
     async def start(self) -> Runtime:
         cfg = self.config
         store = await SegmentStore.open(cfg.store, metrics=self.metrics)
-        ensure_hub_identity(cfg.store.data_dir)  # on the first start; kept for good (logport.store.identity)
-        runtime = Runtime(config=cfg, store=store, metrics=self.metrics, router=Router(cfg.routes))
+        runtime = Runtime(config=cfg, store=store, metrics=self.metrics, router=Router(cfg.routes),
+                          hub_id=ensure_hub_identity(cfg.store.data_dir))  # made on the first start, kept for good
         if cfg.hub.hostname:
             runtime.hostname = cfg.hub.hostname
         self.runtime = runtime

@@ -28,6 +28,7 @@ class Runtime:
     metrics: Metrics
     router: Router
     hostname: str = field(default_factory=socket.gethostname)
+    hub_id: str = ""  # the hub's stable identity (logport.store.identity), made on its first start
 
     async def append_routed(self, default_segment: str, batches: Iterable[tuple[str, bytes, int]]) -> dict[str, int]:
         """Store every (tag, stored body, events in it) in the segment its tag routes to (`default_segment` when

@@ -33,7 +33,6 @@ from logport.servers._lifecycle import (
 )
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
-from logport.store.identity import ensure_hub_identity
 
 log = logging.getLogger("logport.segment")
 
@@ -86,7 +85,7 @@ class SegmentServer(TcpListener):
         self.config: SegmentServerConfig = runtime.config.segment
         self.store: SegmentStore = runtime.store
         self.metrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics(runtime))
-        self.hub_id = ensure_hub_identity(runtime.config.store.data_dir)  # answers GetHubInfo
+        self.hub_id = runtime.hub_id  # answers GetHubInfo
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.receive_pool = ReceivePool(self.config.receive_pool_bytes)
