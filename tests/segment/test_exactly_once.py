@@ -56,6 +56,10 @@ class HubProcess:
                 await asyncio.sleep(0.05)
         raise TimeoutError(f"hub did not listen on {self.port}: {self.log.read_text()[-2000:]}")
 
+    def stop(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
     def kill(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -88,10 +92,21 @@ async def test_exactly_once_across_sigkill_and_cut_connections(tmp_path: Path) -
             while appended < target and not done.is_set():
                 await asyncio.sleep(0.005)
             await asyncio.sleep(rng.uniform(0, 0.05))
-            for _ in range(200):  # kill mid-stream: while blocks are unacknowledged (acks come fast on a quiet disk)
-                if app._unacked_bytes > 0 or done.is_set():
-                    break
-                await asyncio.sleep(0.001)
+            if k % 2:
+                # stopped first: the blocks sent from now on reach a socket nobody reads, so the kill loses them
+                # for certain and the client must send them again (a kill while the hub runs may find it has
+                # stored everything it was sent: nothing to resend)
+                hub.stop()
+                sent_before = app._high_water
+                for _ in range(2000):
+                    if app._high_water > sent_before or done.is_set():
+                        break
+                    await asyncio.sleep(0.001)
+            else:
+                for _ in range(200):  # kill mid-stream: while blocks are unacknowledged (acks come fast)
+                    if app._unacked_bytes > 0 or done.is_set():
+                        break
+                    await asyncio.sleep(0.001)
             unacked_at_kill.append(app._unacked_bytes)
             hub.kill()
             await asyncio.sleep(rng.uniform(0, 0.2))
