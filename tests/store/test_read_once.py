@@ -137,3 +137,18 @@ async def test_corruption_found_part_way_through_a_walk_names_its_range_and_the_
     assert (caught.value.start, caught.value.end) == (bad_start, bad_end)
     assert got == events[: len(got)] and len(got) == bad * 5
     assert [bytes(b) for _, b in reader.iter_events("s", bad_end)] == events[(bad + 1) * 5 :]
+
+
+async def test_iter_frames_over_the_last_chunk_without_bounds_walks_it_once(tmp_path: Path,
+                                                                          counted: Counter[int]) -> None:
+    events = bodies(60, 3000)
+    await fill(tmp_path, [events[i : i + 5] for i in range(0, len(events), 5)])
+    seg_dir = tmp_path / "segments" / "s"
+    last = list_chunk_bases(seg_dir)[-1]
+    end = last + chunk_path(seg_dir, last).stat().st_size
+
+    reader = DirectoryReader(tmp_path)  # no bounds() first, as the Spark source's partitions did
+    got = [bytes(b) for _, t, b in reader.iter_frames("s", last, end, read_size=16 * 1024) if t == frames.EVENT]
+
+    assert got and got == events[-len(got) :]
+    assert_read_once(counted, seg_dir, [last], times=2)  # walked for its end once, then read: not once per read

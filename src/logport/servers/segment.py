@@ -33,6 +33,7 @@ from logport.servers._lifecycle import (
 )
 from logport.servers._receivepool import ReceivePool
 from logport.store import AppendResult, SegmentStore, WriterCondition
+from logport.store.verified import PIECE
 
 log = logging.getLogger("logport.segment")
 
@@ -457,6 +458,9 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
             reply_max = min(cfg.read_reply_max, self.server.limits.max_message_size - fields)
             while True:
                 n = min(remaining, reply_max)
+                if reply_max <= PIECE:  # a reply ends where the store's pieces do when it would cross one's end:
+                    # what it sends is then a piece the store holds as it is (store/verified.py), not a copy
+                    n = min(n, PIECE - offset % PIECE)
                 if n == 0:  # a zero-length read: answered at once, its offset checked as any read's
                     result = await self.store.read(segment, offset, 0)
                     await self._reply_read(segment, offset, result.at_tail, result.end_of_segment, b"")

@@ -111,11 +111,18 @@ class DirectoryReader:
 
     def iter_frames(self, name: str, start: int, end: int, read_size: int = READ_SIZE) -> Iterator[tuple[int, int, memoryview]]:
         """(offset, type, body) of each whole frame starting in [start, end); `start` on a frame boundary."""
-        self._reader(name)
-        read = self._verified[name].read_view  # views of what was checked: no copy
+        reader = self._reader(name)
+        verified = self._verified[name]
+        if reader.bases and end > reader.bases[-1]:
+            last = verified.last
+            if last is None or last.base != reader.bases[-1] or end > last.end:
+                # the last chunk walked for its end once (and then only what was added), and its layout kept:
+                # else each read there walked the whole chunk again (for a range that bounds() had not walked)
+                self._recoverable_end(name, reader)
+        read = verified.read_view  # views of what was checked: no copy
         offset = start
         while offset < end:
-            data = read(offset, read_size, end)
+            data = read(offset, read_size, end, whole=False)
             if not data:
                 return
             consumed = 0
@@ -123,9 +130,10 @@ class DirectoryReader:
                 consumed = frame_offset - offset + frames.HEADER_SIZE + len(body)
                 yield frame_offset, frame_type, body
             if consumed == 0:
-                if len(data) >= frames.HEADER_SIZE:
-                    _, length = frames.HEADER.unpack_from(data, 0)
-                    whole = read(offset, frames.HEADER_SIZE + length, end)
+                head = data if len(data) >= frames.HEADER_SIZE else read(offset, frames.HEADER_SIZE, end)
+                if len(head) >= frames.HEADER_SIZE:  # a frame longer than the read, or across a piece's end
+                    _, length = frames.HEADER.unpack_from(head, 0)
+                    whole = read(offset, frames.HEADER_SIZE + length, end)  # joined across pieces
                     if len(whole) == frames.HEADER_SIZE + length:
                         frame_type, _ = frames.HEADER.unpack_from(whole, 0)
                         yield offset, frame_type, memoryview(whole)[frames.HEADER_SIZE :]
