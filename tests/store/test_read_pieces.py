@@ -11,7 +11,7 @@ import pytest
 
 from logport.config import StoreConfig
 from logport.errors import CorruptData
-from logport.store import SegmentStore, frames, verified
+from logport.store import SegmentStore, frames, groups, verified
 from logport.store.files import SEGMENTS_DIR, chunk_path
 from logport.store.reader import DirectoryReader
 
@@ -101,5 +101,30 @@ async def test_a_group_changed_after_the_walk_fails_across_its_pieces(tmp_path: 
         assert (caught.value.start, caught.value.end) == (head.next_offset, middle)
         assert "checksum mismatch" in str(caught.value)
         assert (await store.read("s", middle, PIECE)).data  # the group after it is served
+    finally:
+        await store.close()
+
+
+async def test_the_store_keeps_the_layout_of_a_chunk_it_rolled_from(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's own layout of the chunk before the last is kept at a roll: the hub's readers read that
+    chunk without walking it again, frame by frame."""
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), chunk_size=256 * 1024))
+    try:
+        events = bodies(400, 3000)
+        for i in range(0, len(events), 10):
+            await store.append("s", events[i : i + 10])
+        assert len(store.segment("s").reader.bases) >= 4  # type: ignore[union-attr]
+        walks: list[int] = []
+        walk_chunk = groups.walk_chunk
+        monkeypatch.setattr(groups, "walk_chunk", lambda data, base, **kw: walks.append(base) or walk_chunk(data, base, **kw))
+        got: list[bytes] = []
+        offset, end = 0, store.info("s").end_offset
+        while offset < end:
+            r = await store.read_frames("s", offset, 64 * 1024)
+            got += [bytes(b) for _, t, b in frames.iter_frames(r.data) if t == frames.EVENT]
+            offset = r.next_offset
+        assert got == events
+        assert walks == []
     finally:
         await store.close()

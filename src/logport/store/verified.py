@@ -122,11 +122,16 @@ class VerifiedReads:
         self._scratch: bytearray | None = None  # the windows of a walk that keeps nothing
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
-        """The last chunk's layout from now on. The one before is not kept: a reader beside the hub may not
-        have walked its last groups when the hub rolled; it is walked whole when it is read next."""
+        """The last chunk's layout from now on. The one before is kept when it is whole (it ends where the new
+        one starts: the store's writer's own, at a roll); else (a reader beside the hub that had not walked
+        its last groups when the hub rolled) it is walked when it is read next. Before 2026-11-25 the writer's
+        was dropped too, and every reader of the hub walked the chunk again, frame by frame in Python."""
         last = self.last
-        if last is not None and last is not layout and last.base == layout.base:
-            self._forget(lambda start: start >= layout.base)  # walked again: what was read may be gone
+        if last is not None and last is not layout:
+            if last.base == layout.base:
+                self._forget(lambda start: start >= layout.base)  # walked again: what was read may be gone
+            elif last.end == layout.base and last.version == groups.VERSION and not last.corrupt:
+                self._keep(last)
         self._layouts.pop(layout.base, None)
         self.last = layout
 
