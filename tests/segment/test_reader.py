@@ -3,6 +3,7 @@ asked for ahead and put back in order."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,44 @@ async def test_reads_ahead_give_every_frame_in_order(tmp_path: Path, read_size: 
     assert [b for _, b in got] == bodies
     assert got == expect
     assert again == expect[5:]
+
+
+@pytest.mark.parametrize("read_size", [1000, 70_000, 4 << 20])
+async def test_a_tail_reader_gets_every_event_in_order_and_stays_usable_after_it_stops(tmp_path: Path,
+                                                                                      read_size: int) -> None:
+    """At the tail the next read is asked for before a reply's events are handed on, in replies smaller
+    than a read: every event comes once, in order, and a consumer that stops leaves a reader that answers."""
+    config = hub_config(tmp_path)
+    config.segment.read_reply_max = 64 * 1024 + 100
+    hub = Hub(config, serve_metrics=False)
+    await hub.start()
+    store = hub.runtime.store  # type: ignore[union-attr]
+    bodies = [os.urandom((i * 7919) % 150_000) for i in range(60)]
+    try:
+        await store.create("s")
+        async with SegmentReader("127.0.0.1", config.segment.port, read_size=read_size) as reader:
+
+            async def follow() -> list[tuple[int, bytes]]:
+                got: list[tuple[int, bytes]] = []
+                async for batch in reader.event_lists("s", follow=True, wait=5.0):
+                    assert batch
+                    got += [(o, bytes(b)) for o, b in batch]
+                    if len(got) >= len(bodies):
+                        break
+                return got
+
+            task = asyncio.create_task(follow())
+            for i in range(0, len(bodies), 7):
+                await asyncio.sleep(0.01)
+                await store.append("s", bodies[i : i + 7])
+            got = await asyncio.wait_for(task, 20)
+            assert (await reader.info("s"))[1] == store.info("s").end_offset
+    finally:
+        await hub.stop()
+    direct = DirectoryReader(str(tmp_path / "data"))
+    try:
+        expect = [(o, bytes(b)) for o, b in direct.iter_events("s")]
+    finally:
+        direct.close()
+    assert [b for _, b in got] == bodies
+    assert got == expect
