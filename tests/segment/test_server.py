@@ -1026,3 +1026,22 @@ async def test_an_appender_counts_retry_for_from_the_first_refusal(hub: Hub, mon
     await asyncio.wait_for(app.flush(), 5)
     await app.close()
     assert events_of(hub, "logs") == [b"a", b"b"]
+
+
+def test_the_listener_has_malloc_keep_the_memory_of_freed_reads() -> None:
+    """A read's 2 MiB pieces come from malloc's heap, not a mapping of their own per piece (glibc)."""
+    import ctypes
+
+    from logport.servers.segment import keep_freed_memory
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                         "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    assert keep_freed_memory()
+    mapped = libc.mallinfo2().hblkhd
+    piece = bytes(3 * 1024 * 1024)
+    assert libc.mallinfo2().hblkhd < mapped + len(piece)  # from the heap: no mapping of its own
+    del piece

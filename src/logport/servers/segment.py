@@ -10,6 +10,7 @@ the data in the store's log.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hmac
 import logging
 import typing
@@ -38,6 +39,24 @@ from logport.store.verified import PIECE
 log = logging.getLogger("logport.segment")
 
 POOL_TRIM_INTERVAL = 30.0  # seconds: receive buffers not taken again in one such interval are freed at the next
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+READ_MALLOC = ((_M_MMAP_THRESHOLD, 4 * 1024 * 1024), (_M_TRIM_THRESHOLD, 64 * 1024 * 1024))
+
+
+def keep_freed_memory() -> bool:
+    """Have malloc (glibc's) reuse the memory of freed reads rather than give it back to the kernel at once:
+    blocks to 4 MiB come from the heap, and up to 64 MiB free at its top stay there. A read's checked bytes
+    are 2 MiB pieces (store/verified.py), and glibc maps each such block afresh and unmaps it when freed
+    (its threshold moves up only for a while), so the hub faulted in, zeroed and unmapped every page it
+    served: a fifth of its CPU in a perf profile of catch-up (page faults, clear_page, unmap_page_range),
+    none with these settings (hub CPU 2.01 -> 1.41 s for 2 GiB of 64 KiB events, load average 10). The
+    append side reuses its buffers itself (_receivepool.py); a read's bytes are `bytes`, which it cannot.
+    Whether it took (False off glibc, where it does nothing)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(parameter, value) == 1 for parameter, value in READ_MALLOC)
 
 
 class SegmentMetrics:
@@ -99,6 +118,7 @@ class SegmentServer(TcpListener):
         self._trim_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        keep_freed_memory()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
