@@ -82,9 +82,24 @@ def baseline_tree(revision: str, where: Path) -> Path:
         theirs = tree / source
         if theirs.exists() and theirs.read_bytes() == (repo / source).read_bytes():
             shutil.copy2(built, tree / rel)
+        elif theirs.exists() and build_extension(theirs, tree / rel):
+            print(f"# baseline {revision}: {source} differs; built its own {built.name}")
         else:
             print(f"# baseline {revision}: {source} differs or is absent; it runs without {built.name}")
     return tree
+
+
+def build_extension(source: Path, target: Path) -> bool:
+    """Compile one C extension module of a baseline (a single .c file, as every one of logport's is) with
+    the compiler and flags this Python was built with; whether it worked."""
+    import sysconfig
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    flags = (sysconfig.get_config_var("CFLAGS") or "").split()
+    ldshared = (sysconfig.get_config_var("LDSHARED") or "cc -shared").split()[1:]
+    command = [*cc, *flags, "-O2", "-fPIC", *ldshared, f"-I{sysconfig.get_paths()['include']}", str(source),
+               "-o", str(target)]
+    return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
 
 
 def remove_baseline_tree(tree: Path) -> None:

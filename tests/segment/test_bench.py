@@ -38,3 +38,27 @@ def test_bench_segment_runs_a_baseline_revision_beside_this_code(
     assert list(tmp_path.iterdir()) == []
     worktrees = subprocess.run(["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in worktrees  # the baseline's worktree is removed
+
+
+def test_a_baseline_whose_c_source_differs_gets_its_own_build(tmp_path: Path) -> None:
+    """--baseline compiles a revision's C extension when its source is not this tree's (it ran without it, in
+    Python, and so looked slower than it was)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from _common import build_extension
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    source = tmp_path / "_segment_scan.c"
+    source.write_text((REPO / "src/logport/protocols/_segment_scan.c").read_text()
+                      .replace('"frame_list(data, base_offset) ->', '"frame_list (built for a baseline) ->'))
+    target = tmp_path / "_segment_scan.so"
+    assert build_extension(source, target)
+    spec = importlib.util.spec_from_file_location("logport.protocols._segment_scan", target)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "built for a baseline" in (module.frame_list.__doc__ or "")
+    assert not build_extension(tmp_path / "absent.c", tmp_path / "absent.so")
