@@ -107,10 +107,11 @@ async def load_append(port: int, size: int, appenders: int, total: int, block_si
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one(k, a) for k, a in enumerate(apps)))
-    elapsed = time.perf_counter() - t0
+    t1 = time.perf_counter()
     for app in apps:
         await app.close()
-    return {"seconds": elapsed, "events": per * appenders, "bytes": per * appenders * size}
+    # perf_counter is CLOCK_MONOTONIC here, one clock for every process: a tail reader's times are set beside these
+    return {"seconds": t1 - t0, "events": per * appenders, "bytes": per * appenders * size, "t0": t0, "t1": t1}
 
 
 async def load_read(port: int, expect: int, follow: bool) -> dict[str, Any]:
@@ -137,7 +138,7 @@ async def load_read(port: int, expect: int, follow: bool) -> dict[str, Any]:
                 if events >= expect:
                     break
     t1 = time.perf_counter()
-    return {"seconds": t1 - (t_first if follow else t0), "events": events, "bytes": nbytes}
+    return {"seconds": t1 - (t_first if follow else t0), "events": events, "bytes": nbytes, "t1": t1}
 
 
 def client_main(spec: dict[str, Any]) -> None:
@@ -401,9 +402,10 @@ def run(args: argparse.Namespace) -> int:
                         direct = median([mbs(r["direct"]) for r in read_runs])
                         tail = median([mbs(r["tail"]) for r in read_runs])
                         beside = median([mbs(r["append"]) for r in read_runs])
+                        lag = median([(r["tail"]["t1"] - r["append"]["t1"]) * 1000 for r in read_runs])
                         read_rows.append((f"{size // 1024} KiB", label, round(cold, 1), round(cold_cpu),
                                           round(direct, 1), f"{cold / direct:.0%}", round(tail, 1), round(beside, 1),
-                                          f"{tail / beside:.0%}"))
+                                          f"{tail / beside:.0%}", round(lag, 1)))
     finally:
         if tree is not None:
             remove_baseline_tree(tree)
@@ -423,10 +425,12 @@ def run(args: argparse.Namespace) -> int:
     print("#   --baseline's (its hub, store and clients, from a git worktree), a process per run, order alternating.")
     print()
     table(["event", "code", "catch-up read MB/s", "catch-up MB per hub CPU-s", "store read MB/s", "catch-up/store",
-           "tail read MB/s", "append MB/s meanwhile", "tail/append"], read_rows)
+           "tail read MB/s", "append MB/s meanwhile", "tail/append", "tail behind at end ms"], read_rows)
     print("# catch-up: SegmentReader from offset 0 of the segment just written (page cache warm); store read:")
     print("#   DirectoryReader.iter_events over the same files in-process; tail: a SegmentReader following the")
     print("#   segment while one appender writes (runs of their own; the tail rate is bounded by the append rate).")
+    print("#   tail behind at end: from the appender's last ack to the tail reader's last event (a reader that keeps")
+    print("#   up is behind by the last commit's delivery however long the run; one that does not, by more).")
     return 0
 
 
