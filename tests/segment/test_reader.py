@@ -190,3 +190,34 @@ async def test_a_tail_reader_gets_every_event_in_order_and_stays_usable_after_it
         direct.close()
     assert [b for _, b in got] == bodies
     assert got == expect
+
+
+async def test_a_blocking_read_stopped_between_its_replies_closes_the_connection(tmp_path: Path) -> None:
+    """BlockingSegmentClient.iter_frames hands on each reply's frames as it comes: stopped before the rest of a
+    read's replies (one read, asked alone), it closes the connection, which would be out of step; read whole,
+    the connection stays in step."""
+    from logport.clients.segment import BlockingSegmentClient
+
+    config = hub_config(tmp_path)
+    config.segment.read_reply_max = 1000
+    hub = Hub(config, serve_metrics=False)
+    await hub.start()
+    store = hub.runtime.store  # type: ignore[union-attr]
+    try:
+        await store.create("s")
+        await store.append("s", [bytes([i]) * 300 for i in range(20)])
+        end = store.info("s").end_offset
+
+        def read() -> None:
+            with BlockingSegmentClient("127.0.0.1", config.segment.port, read_size=end) as client:
+                assert len([f for f in client.iter_frames("s", 0, end) if f[1] == frames.EVENT]) == 20
+                assert client.list_segments() == ["s"]
+                stopped = client.iter_frames("s", 0, end)
+                next(stopped)
+                stopped.close()
+                with pytest.raises(OSError):
+                    client.list_segments()
+
+        await asyncio.to_thread(read)
+    finally:
+        await hub.stop()

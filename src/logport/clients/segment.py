@@ -269,29 +269,29 @@ class BlockingSegmentClient:
                     self._send(sp.ReadSegment(name, next_at, length, 0))
                     asked.append((next_at, length))
                     next_at += length
-                offset, length = asked.pop(0)
-                parts: list[bytes] = []
+                offset, length = asked[0]
                 got, at_tail = 0, False
-                try:
-                    while got < length and not at_tail:
-                        reply = early.pop(offset + got, None)
-                        if reply is None:
+                while got < length and not at_tail:  # each reply's frames as it comes (they were joined first)
+                    reply = early.pop(offset + got, None)
+                    if reply is None:
+                        try:
                             received = self._receive()
-                            if not isinstance(received, sp.SegmentRead) or received.segment != name:
-                                raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
-                            if received.offset != offset + got:
-                                early[received.offset] = received
-                                continue
-                            reply = received
-                        parts.append(reply.data)
-                        got += len(reply.data)
-                        at_tail = reply.at_tail
-                except errors.CorruptData:
-                    yield from stitch.feed(b"".join(parts))  # what came before the corrupt range is sound
-                    raise
+                        except errors.LogportError:  # an error reply (CorruptData...) ends the read; the frames
+                            asked.pop(0)  # before it have gone out already
+                            raise
+                        if not isinstance(received, sp.SegmentRead) or received.segment != name:
+                            raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
+                        if received.offset != offset + got:
+                            early[received.offset] = received
+                            continue
+                        reply = received
+                    got += len(reply.data)
+                    at_tail = reply.at_tail
+                    if got >= length or at_tail:
+                        asked.pop(0)  # all of its replies are in: stopped now, the connection is in step
+                    yield from stitch.feed(reply.data)
                 if not got:
                     return
-                yield from stitch.feed(parts[0] if len(parts) == 1 else b"".join(parts))
                 if at_tail and stitch.read_at < end:
                     return
         finally:
