@@ -77,6 +77,7 @@ class StoreConfig:
     max_segments: int = 10000
     max_pending_bytes: int = 64 * MiB  # queued, unwritten appends per segment before appends wait
     writeback_bytes: int = 1 * MiB  # a commit larger than this starts the disk on each such slice; 0 = off
+    direct_io: bool = True  # fsync = always: each commit one O_DIRECT|O_DSYNC write, not write + fdatasync
     writer_state_limit: int = 100000  # writer ids (exactly-once state) kept per segment
     retention_bytes: int = 0  # per segment; 0 = keep everything
     retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever
