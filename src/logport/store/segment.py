@@ -382,7 +382,8 @@ class Segment:
         if offset == self.end and wait > 0 and not self.state.sealed and not self._closing:
             tail = self._tail
             try:
-                await asyncio.wait_for(tail.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await tail.wait()
             except TimeoutError:
                 pass
             if offset < self.state.start_offset:
