@@ -71,7 +71,7 @@ class StoreConfig:
     fsync: Literal["always", "interval", "never"] = "always"
     fsync_interval: float = 1.0  # seconds between fdatasyncs with fsync = "interval"
     chunk_size: int = 64 * MiB  # a segment's chunk file rolls past this size
-    prewrite_chunks: bool = False  # with no spare chunk, write the next one ahead (zeros) in the background
+    prewrite_chunks: bool = True  # with no spare chunk, write the next one ahead (zeros) once a quarter full
     spare_chunks: int = 2  # chunks that retention drops kept to be the next ones (recycled), per segment
     max_frame_size: int = 16 * MiB  # largest event body the store accepts
     max_segments: int = 10000
