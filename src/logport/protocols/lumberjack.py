@@ -516,6 +516,8 @@ class Connection:
     def window_decoded(self, announced: AnnouncedWindow, decoded: Decoded | None) -> None:
         """The answer to an AnnouncedWindow: its window decoded whole, or None when its C frame holds anything
         else (fewer or more events, a W frame), to be parsed frame by frame where it came."""
+        if self._parse_error is not None:
+            return  # broken: nothing after the error is applied
         if announced not in self._answers or self._answers[announced] is not None:
             raise LocalProtocolError("window_decoded for a window that was not announced, or twice")
         self._answers[announced] = decoded if decoded is not None else _NOT_WHOLE
@@ -581,6 +583,7 @@ class Connection:
             self._parse_error = e
             held.clear()
             self._answers.clear()
+            self._out = deque(event for event in self._out if type(event) is Window)  # none will be applied
             return
         if self.window_state in (WindowState.FILLING, WindowState.STREAMING) and self.partial_timer is None:
             self._timers += 1
