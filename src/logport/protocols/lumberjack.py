@@ -266,7 +266,7 @@ class Connection:
         self._held: deque[Event | AnnouncedWindow] = deque()
         self._answers: dict[AnnouncedWindow, Decoded | None] = {}
         self._out: deque[Window | AnnouncedWindow] = deque()
-        self._parse_error: RemoteProtocolError | None = None  # raised once what came before it is handed out
+        self._window_error: RemoteProtocolError | None = None  # raised once the windows before it are handed out
         self._timers = 0
         self.partial_timer: int | None = None  # the partial-window timer that should be running (None: none)
 
@@ -516,7 +516,7 @@ class Connection:
     def window_decoded(self, announced: AnnouncedWindow, decoded: Decoded | None) -> None:
         """The answer to an AnnouncedWindow: its window decoded whole, or None when its C frame holds anything
         else (fewer or more events, a W frame), to be parsed frame by frame where it came."""
-        if self._parse_error is not None:
+        if self._window_error is not None:
             return  # broken: nothing after the error is applied
         if announced not in self._answers or self._answers[announced] is not None:
             raise LocalProtocolError("window_decoded for a window that was not announced, or twice")
@@ -525,7 +525,7 @@ class Connection:
     def partial_window_due(self, timer: int | None = None) -> None:
         """The sender paused: the window it left unfinished is handed out as it is. `timer`: the partial_timer
         that ran out (a timer since replaced is ignored); None: now, whatever runs (a drain)."""
-        if self._parse_error is not None or (timer is not None and timer != self.partial_timer):
+        if self._window_error is not None or (timer is not None and timer != self.partial_timer):
             return
         self._on(PartialWindowDue())
 
@@ -534,18 +534,18 @@ class Connection:
             self._run_windows()
         if self._out:
             return self._out.popleft()
-        if self._parse_error is not None:
-            raise self._parse_error
+        if self._window_error is not None:
+            raise self._window_error
         return NEED_DATA
 
     def _run_windows(self) -> None:
         """Parse what was received into held frame events, then apply them to the window in order."""
         held = self._held
-        while self._parse_error is None:
+        while self._window_error is None:
             try:
                 event = self._next_frame_event()
             except RemoteProtocolError as e:  # sticky: raised once the windows before it are handed out
-                self._parse_error = e
+                self._window_error = e
                 break
             if event is NEED_DATA:
                 break
@@ -580,7 +580,7 @@ class Connection:
                     self._on(item)
         except RemoteProtocolError as e:
             e.peer = self.peer
-            self._parse_error = e
+            self._window_error = e
             held.clear()
             self._answers.clear()
             self._out = deque(event for event in self._out if type(event) is Window)  # none will be applied
