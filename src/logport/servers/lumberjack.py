@@ -247,6 +247,9 @@ class LumberjackConnection(asyncio.Protocol):
             return
         if not all(part.done() for part in parts):
             return
+        for part in parts:  # every part's error retrieved; the first one's is reported
+            if not part.cancelled():
+                part.exception()
         try:
             results = [part.result() for part in parts]  # the first part's RemoteProtocolError, or WorkerLost
         except LogportError as e:  # the peer's bad frame, or a worker lost
