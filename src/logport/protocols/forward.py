@@ -62,7 +62,7 @@ class EventBatch:
     """Events of one message. `entries`: concatenated msgpack `[time, record]` (times as sent)."""
 
     tag: str
-    entries: bytes
+    entries: bytes | memoryview  # a received batch's may be a view of the bytes received
     option: dict[str, Any] = field(default_factory=dict)
     size: int = 0  # valid entries in `entries`
     invalid: int = 0  # entries dropped because they were not `[time, record]`
@@ -151,12 +151,17 @@ def _packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, unicode_errors=_UNICODE)
 
 
+_ack_packer = msgpack.Packer(use_bin_type=True, unicode_errors=_UNICODE, autoreset=True)
+
+
 def _unpacker(limit: int) -> msgpack.Unpacker:
     return msgpack.Unpacker(raw=False, unicode_errors=_UNICODE, strict_map_key=False,
                             max_buffer_size=limit + 1024, ext_hook=msgpack.ExtType)
 
 
-_count_entries: Callable[[bytes], int] | None
+Entries = bytes | memoryview  # packed entries: a received batch's may be a view of the bytes received
+
+_count_entries: Callable[[Entries], int] | None
 try:
     from logport.protocols._forward_scan import count_entries as _count_entries
 except ImportError:  # installed without a C compiler: the Python scan does it all
@@ -172,7 +177,7 @@ def _is_time(value: Any) -> bool:
     return isinstance(value, msgpack.ExtType) and value.code == 0 and len(value.data) == 8
 
 
-def scan_entries(data: bytes) -> tuple[bytes, int, int]:
+def scan_entries(data: Entries) -> tuple[Entries, int, int]:
     """Count the `[time, record]` entries of a PackedForward stream without decoding records.
 
     Returns (entries, valid, invalid): invalid entries are cut out; a stream that
@@ -188,7 +193,7 @@ def scan_entries(data: bytes) -> tuple[bytes, int, int]:
     return scan_entries_in_python(data)
 
 
-def scan_entries_in_python(data: bytes) -> tuple[bytes, int, int]:
+def scan_entries_in_python(data: Entries) -> tuple[Entries, int, int]:
     """scan_entries without the C pass: per entry one C `skip()` and a few byte checks."""
     n = len(data)
     up = msgpack.Unpacker(raw=True, max_buffer_size=max(n, 1), ext_hook=msgpack.ExtType,
@@ -210,7 +215,7 @@ def scan_entries_in_python(data: bytes) -> tuple[bytes, int, int]:
     return _scan_rest(data, pos, valid, up)
 
 
-def _scan_rest(data: bytes, pos: int, valid: int, up: msgpack.Unpacker) -> tuple[bytes, int, int]:
+def _scan_rest(data: Entries, pos: int, valid: int, up: msgpack.Unpacker) -> tuple[Entries, int, int]:
     """scan_entries from `pos` on, for any entry form, cutting out the invalid ones."""
     n = len(data)
     invalid = 0
@@ -234,10 +239,10 @@ def _scan_rest(data: bytes, pos: int, valid: int, up: msgpack.Unpacker) -> tuple
         invalid += 1
     if not invalid:
         return data, valid, 0
-    return data[:clean_until] + b"".join(data[a:b] for a, b in keep), valid, invalid
+    return b"".join([data[:clean_until], *(data[a:b] for a, b in keep)]), valid, invalid
 
 
-def _entry_ok(data: bytes, pos: int, up: msgpack.Unpacker) -> bool:
+def _entry_ok(data: Entries, pos: int, up: msgpack.Unpacker) -> bool:
     """The general check of one entry at `pos`; leaves `up` at the entry's record (or where it stopped)."""
     n = len(data)
     if data[pos] != 0x92:
@@ -375,7 +380,7 @@ def encode_forward(tag: str, entries: Sequence[Sequence[Any]], option: dict[str,
     return _packer().pack(body)
 
 
-def encode_packed_forward(tag: str, entries: bytes, option: dict[str, Any] | None = None, *,
+def encode_packed_forward(tag: str, entries: bytes | memoryview, option: dict[str, Any] | None = None, *,
                           compressed: str | None = None) -> bytes:
     """PackedForward, or CompressedPackedForward with `compressed` = "gzip" or "zstd"."""
     option = dict(option or {})
@@ -713,6 +718,13 @@ class ServerConnection:
 
     # bytes out
 
+    def send_acks(self, chunks: Sequence[str | bytes]) -> bytes:
+        """`send(Ack(chunk))` of each chunk, in one piece (a listener writes the acks of a loop turn at once)."""
+        if self._json:
+            return b"".join(self.send(Ack(chunk)) for chunk in chunks)
+        pack = _ack_packer.pack
+        return b"".join([pack({"ack": chunk}) for chunk in chunks])
+
     def send(self, event: Ack | Pong | Helo) -> bytes:
         if isinstance(event, Ack):
             if self._json:  # a JSON connection is answered in JSON, as Fluentd does (its serializer is to_json)
@@ -870,7 +882,7 @@ class ClientConnection:
         raise LocalProtocolError(f"a client does not send {type(event).__name__}")
 
 
-def _iter_packed(entries: bytes) -> list[list[Any]]:
+def _iter_packed(entries: Entries) -> list[list[Any]]:
     up = msgpack.Unpacker(raw=False, unicode_errors=_UNICODE, ext_hook=msgpack.ExtType, strict_map_key=False,
                           max_buffer_size=max(len(entries), 1))
     up.feed(entries)
@@ -880,13 +892,13 @@ def _iter_packed(entries: bytes) -> list[list[Any]]:
 # --- entry streams: split to fit a store frame, add keys to every record ---
 
 
-def split_entries(entries: bytes, max_bytes: int) -> list[bytes]:
+def split_entries(entries: Entries, max_bytes: int) -> list[Entries]:
     """Cut a packed entry stream at entry boundaries into pieces of at most `max_bytes` (one entry may exceed it)."""
     if len(entries) <= max_bytes:
         return [entries]
     up = msgpack.Unpacker(raw=True, max_buffer_size=len(entries), ext_hook=msgpack.ExtType, strict_map_key=False)
     up.feed(entries)
-    pieces: list[bytes] = []
+    pieces: list[Entries] = []
     start = 0
     last = 0
     while last < len(entries):
@@ -900,7 +912,7 @@ def split_entries(entries: bytes, max_bytes: int) -> list[bytes]:
     return pieces
 
 
-def add_record_keys(entries: bytes, extra: dict[str, Any]) -> bytes:
+def add_record_keys(entries: Entries, extra: dict[str, Any]) -> bytes:
     """Set `extra` in every record (source address / hostname keys); this one decodes the records."""
     p = _packer()
     return b"".join(p.pack([t, {**record, **extra}]) for t, record in _iter_packed(entries))
