@@ -180,6 +180,10 @@ async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, w
         result = load_result(proc)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)  # the hub's (the load runs in a process of its own)
         result["cpu"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+        result["user"], result["system"] = cpu1.ru_utime - cpu0.ru_utime, cpu1.ru_stime - cpu0.ru_stime
+        result["page_faults"] = cpu1.ru_minflt - cpu0.ru_minflt
+        if hub.runtime is not None:  # chunks per commit: what the group commit made of the load
+            result["fsyncs"] = hub.runtime.metrics.registry.get_sample_value("logport_store_fsyncs_total")
     finally:
         await hub.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -360,7 +360,16 @@ class ForwardConnection(asyncio.Protocol):
                 self._counted.append((mode, count, size))
             if chunk is not None:
                 self._acks.append(chunk)
-        self._settled(size)
+        self.inflight -= size
+        self.server.inflight -= size
+        self.storing -= 1
+        # The appends of a commit group are answered together, their callbacks queued one after the other:
+        # the last of them writes every ack at once, in this pass of the loop (a call_soon would wait for
+        # the next pass, behind whatever the sockets brought meanwhile, and delay the acks by that).
+        for other in self.pending:
+            if other.done():
+                return  # its callback comes after this one in this pass and flushes
+        self._flush()
 
     def _refused(self, error: BaseException) -> None:
         if isinstance(error, StoreError | OSError):
@@ -383,8 +392,8 @@ class ForwardConnection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        """Once per loop turn: the acks of every batch answered in it in one write, its counts in one update each
-        (the appends of one commit group are answered together), and reading resumed if the budget has room."""
+        """The acks of every batch answered since the last flush in one write, their counts in one update each,
+        and reading resumed if the budget has room."""
         self._flush_pending = False
         server = self.server
         if self._counted:
