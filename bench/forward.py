@@ -194,10 +194,14 @@ def fluent_server_run(args: argparse.Namespace) -> dict[str, Any]:
     node = subprocess.Popen(["node", str(NODE_SERVER), json.dumps({"quiet": True})], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     try:
+        from _hubproc import tree_cpu_seconds
+
         assert node.stdout is not None
         line = node.stdout.readline()
         port = int(line.split()[1])
+        cpu0 = tree_cpu_seconds(node.pid)
         result = load_result(run_load("127.0.0.1", port, args, seconds=args.seconds, window=args.window))
+        result["cpu"] = tree_cpu_seconds(node.pid) - cpu0  # the server's (the load runs in a process of its own)
     finally:
         assert node.stdin is not None
         node.stdin.close()
@@ -257,14 +261,20 @@ def run(args: argparse.Namespace) -> int:
     def rates(r: dict[str, Any]) -> tuple[float, float]:
         return r["events"] / r["seconds"], r["bytes"] / r["seconds"] / 1e6
 
+    def per_cpu(runs: list[dict[str, Any]]) -> float:
+        return statistics.median(r["events"] / r["cpu"] for r in runs) if all(r.get("cpu") for r in runs) else 0.0
+
     lp_eps, lp_mbs = rates(lp)
-    rows: list[list[Any]] = [["logport (fsync=always)", round(lp_eps), round(lp_mbs, 1), lp["chunks"], "1.00"]]
+    rows: list[list[Any]] = [["logport (fsync=always)", round(lp_eps), round(per_cpu(lps)), round(lp_mbs, 1),
+                              lp["chunks"], "1.00"]]
     if fs is not None:
         fs_eps, fs_mbs = rates(fs)
-        rows.append(["@fluent-org/logger FluentServer (memory)", round(fs_eps), round(fs_mbs, 1), fs["chunks"],
-                     f"{fs_eps / lp_eps:.2f}"])
-    rows.append([f"logport store alone, 64 KiB appends, {writers} writers", "", round(store_mbs, 1), "", ""])
-    table(["server", "events/s", "MB/s", "chunks acked", "vs logport"], rows)
+        rows.append(["@fluent-org/logger FluentServer (memory)", round(fs_eps), round(per_cpu(fss)), round(fs_mbs, 1),
+                     fs["chunks"], f"{fs_eps / lp_eps:.2f}"])
+    rows.append([f"logport store alone, 64 KiB appends, {writers} writers", "", "", round(store_mbs, 1), "", ""])
+    table(["server", "events/s", "events per server CPU-s", "MB/s", "chunks acked", "vs logport"], rows)
+    print("# events per server CPU-s: the median over rounds of events / the server process's user+system CPU "
+          f"(logport's hub with its store threads); load (1 min) at the end: {os.getloadavg()[0]:.2f}")
     print(f"# medians of {args.rounds} interleaved rounds; logport events/s per round: "
           + ", ".join(f"{r['events'] / r['seconds']:,.0f}" for r in lps)
           + "; store MB/s per round: " + ", ".join(f"{m:.0f}" for m in stores))
