@@ -118,6 +118,7 @@ class ForwardServer(TcpListener):
             conn.close()
         pending: list[asyncio.Future[Any]] = [f for c in self.connections for f in c.pending]
         pending += [c.line.task for c in self.connections if c.line.task is not None]
+        pending += [t for c in self.connections for t in c.line.tasks]
         if pending:
             await asyncio.wait(pending, timeout=5)
         if self._tcp is not None:
@@ -315,10 +316,10 @@ class ForwardConnection(asyncio.Protocol):
             if self.config.add_tag_prefix:
                 tag = f"{self.config.add_tag_prefix}.{tag}"
             key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
-            framed = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer}, self._extra,
-                                 self.store.config.max_frame_size)
+            framed, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
+                                         self._extra, self.store.config.max_frame_size)
             future = self.line.submit(self.config.segment, tag, framed,
-                                      WriterCondition(key=key, end=1) if key is not None else None)
+                                      WriterCondition(key=key, end=1) if key is not None else None, frames)
         except Exception as e:  # refused before it reached the store's queue
             self._refused(e)
             self._settled(size)
@@ -421,9 +422,9 @@ class ForwardConnection(asyncio.Protocol):
 
 
 def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: dict[str, str],
-                max_frame_size: int) -> bytes:
-    """The store frames of a received batch: one stored PackedForward body (several when it is larger than the
-    store's max_frame_size), each behind its frame header, made in one join."""
+                max_frame_size: int) -> tuple[bytes, int]:
+    """The store frames of a received batch, and how many: one stored PackedForward body (several when it is
+    larger than the store's max_frame_size), each behind its frame header, made in one join."""
     entries: bytes | memoryview = batch.entries
     if extra:
         entries = fp.add_record_keys(entries, extra)
@@ -437,7 +438,7 @@ def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: d
             raise StoreLimitExceeded(f"event of {body_size} bytes (tag {tag!r}) exceeds max_frame_size "
                                      f"{max_frame_size}")
         parts += (_FRAME_HEADER.pack(_EVENT, body_size), head, piece, packed)
-    return b"".join(parts)
+    return b"".join(parts), len(pieces)
 
 
 def _count(entries: bytes | memoryview) -> int:
