@@ -451,7 +451,7 @@ class ServerConnection:
         self._buffer = ReceiveBuffer()
         self._unpacker = _unpacker(chunk_size_limit)
         self._direct: bytes | memoryview = b""  # received bytes not yet fed, when they did not need the buffer
-        self._gather: list[bytes] = []  # the received pieces of a PackedForward message not yet whole (_next_packed)
+        self._gather: list[bytes | memoryview] = []  # the received pieces of a PackedForward message not yet whole
         self._gathered = 0  # their bytes
         self._need = 0  # bytes the message needs at least before it is looked at again
         self._fed = 0  # bytes handed to the unpacker so far
@@ -587,7 +587,7 @@ class ServerConnection:
                 return _UNPACK
             if found > limit:  # refuse at once, without gathering it
                 raise LimitExceeded("frame", found, "chunk_size_limit", limit)
-            self._gather, self._gathered, self._need, self._direct = [bytes(data)], len(data), found, b""
+            self._gather, self._gathered, self._need, self._direct = [data], len(data), found, b""
             return NEED_DATA
         end, tag_start, tag_end, entries_start, entries_end, option_start = found  # type: ignore[misc]
         if end > limit:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import hashlib
 import logging
 import socket
@@ -151,6 +152,7 @@ class ForwardConnection(asyncio.Protocol):
         self.conn: fp.ServerConnection | None = None
         self.line = server.runtime.append_line()
         self.pending: set[asyncio.Future[AppendResult]] = set()  # appends handed to the store, not yet answered
+        self._order: collections.deque[asyncio.Future[AppendResult]] = collections.deque()  # pending, in order
         self._acks: list[str | bytes] = []  # chunk ids answered in this loop turn, acked by _flush
         self._counted: list[tuple[fp.Mode, int, int]] = []  # (mode, events, bytes) stored in this loop turn
         self._flush_pending = False
@@ -325,6 +327,7 @@ class ForwardConnection(asyncio.Protocol):
             self._settled(size)
         else:
             self.pending.add(future)
+            self._order.append(future)
             mode = batch.mode
             future.add_done_callback(lambda f: self._stored(f, chunk, count, mode, size))
         if self.over_budget() and not self.gate.holds(BUDGET) and self.transport is not None:
@@ -364,13 +367,16 @@ class ForwardConnection(asyncio.Protocol):
         self.inflight -= size
         self.server.inflight -= size
         self.storing -= 1
-        # The appends of a commit group are answered together, their callbacks queued one after the other:
-        # the last of them writes every ack at once, in this pass of the loop (a call_soon would wait for
-        # the next pass, behind whatever the sockets brought meanwhile, and delay the acks by that).
-        for other in self.pending:
-            if other.done():
-                return  # its callback comes after this one in this pass and flushes
-        self._flush()
+        # The appends of a commit group are answered together, in the order made, their callbacks queued one
+        # after the other: the last of them writes every ack at once, in this pass of the loop (a call_soon
+        # would wait for the next pass, behind whatever the sockets brought meanwhile, and delay the acks by
+        # that). The oldest append not yet seen here tells: answered, its callback is still to come and
+        # flushes. (A flush too many is harmless; none would strand acks, and the oldest never does that.)
+        order = self._order
+        while order and order[0] not in self.pending:
+            order.popleft()
+        if not (order and order[0].done()):
+            self._flush()
 
     def _refused(self, error: BaseException) -> None:
         if isinstance(error, StoreError | OSError):
