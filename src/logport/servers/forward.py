@@ -118,8 +118,6 @@ class ForwardServer(TcpListener):
         for conn in list(self.connections):
             conn.close()
         pending: list[asyncio.Future[Any]] = [f for c in self.connections for f in c.pending]
-        pending += [c.line.task for c in self.connections if c.line.task is not None]
-        pending += [t for c in self.connections for t in c.line.tasks]
         if pending:
             await asyncio.wait(pending, timeout=5)
         if self._tcp is not None:
@@ -150,7 +148,7 @@ class ForwardConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.conn: fp.ServerConnection | None = None
-        self.line = server.runtime.append_line()
+        self.runtime = server.runtime
         self.pending: set[asyncio.Future[AppendResult]] = set()  # appends handed to the store, not yet answered
         self._order: collections.deque[asyncio.Future[AppendResult]] = collections.deque()  # pending, in order
         self._acks: list[str | bytes] = []  # chunk ids answered in this loop turn, acked by _flush
@@ -320,8 +318,8 @@ class ForwardConnection(asyncio.Protocol):
             key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
             framed, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
                                          self._extra, self.store.config.max_frame_size)
-            future = self.line.submit(self.config.segment, tag, framed,
-                                      WriterCondition(key=key, end=1) if key is not None else None, frames)
+            future = self.runtime.submit_routed(self.config.segment, tag, framed,
+                                                WriterCondition(key=key, end=1) if key is not None else None, frames)
         except Exception as e:  # refused before it reached the store's queue
             self._refused(e)
             self._settled(size)
