@@ -410,3 +410,24 @@ def test_c_column_refuses_what_is_not_bytes_and_keeps_its_rows() -> None:
     assert column.add(entries[:-1]) is None and column.rows == 2  # cut short: declined, nothing added
     assert split_column(column.take()) == [(v, m) for _, v, m in python_rows(entries)]
     assert split_column(column.take()) == []
+
+
+@given(st.dictionaries(c_keys, c_values, max_size=6) | st.dictionaries(st.integers(-(2**63), 2**64 - 1), c_scalars,
+                                                                     max_size=3))
+def test_an_option_through_the_c_pass_is_the_python_encoders(option: dict[Any, Any]) -> None:
+    """A frame's option as decode_batch hands it over (packed and read back as stored), through the C pass
+    or, when it declines (a non-string key), the Python encoder: the same bytes either way."""
+    from logport.batch import decode_batch
+    from logport.spark.columns import encode_option
+    from logport.spark.variant import VariantEncoder
+
+    stored = decode_batch(encode_batch("t", b"", option)).option
+    assert encode_option(stored, VariantEncoder()) == encode_variant(stored)
+
+
+def test_an_option_the_c_pass_cannot_take_goes_the_python_way() -> None:
+    from logport.spark.columns import encode_option
+    from logport.spark.variant import VariantEncoder
+
+    for option in [{"t": (1, 2), "x": msgpack.ExtType(5, b"ab")}, {1: "int key"}, {"k": "\udcff"}]:
+        assert encode_option(option, VariantEncoder()) == encode_variant(option)

@@ -33,9 +33,9 @@ from logport.spark.variant import VARIANT_TYPE, VariantEncoder, VariantTooLarge,
 from logport.store import frames
 
 try:  # the C pass (setup.py builds it; without a compiler the Python path does the same, slower)
-    from logport.spark._variant_encode import VariantColumn
+    from logport.spark._variant_encode import VariantColumn, encode_entries
 except ImportError:  # pragma: no cover
-    VariantColumn = None
+    VariantColumn = encode_entries = None
 
 log = logging.getLogger("logport.spark")
 
@@ -222,6 +222,22 @@ def _codec_entries(entries: bytes) -> tuple[list[int], list[Any], list[Any] | No
     return [e.time_ns for e in parsed], [e.record for e in parsed], metas if any(metas) else None
 
 
+_OPTION_ENTRY = b"\x92\xd7\x00" + bytes(8)  # [EventTime 0, ...]: an option packed again, as the C pass's one entry
+
+
+def encode_option(option: dict[str, Any], encoder: VariantEncoder) -> tuple[bytes, bytes]:
+    """A frame's option as a VARIANT (value, metadata): packed again and through the C pass (a tenth of the
+    Python encoder's time), or by `encoder` when the C pass declines it or is absent; the same bytes."""
+    if encode_entries is not None:
+        try:
+            encoded = encode_entries(_OPTION_ENTRY + msgpack.packb(option, use_bin_type=True))
+        except (TypeError, ValueError, OverflowError):  # not msgpack as it is (an ExtType's tuple, ...)
+            encoded = None
+        if encoded is not None:
+            return encoded[2], encoded[4]  # one row: the whole value and metadata buffers
+    return encoder.encode(option)
+
+
 _INDEXES = array.array("i", range(1 << 16))  # 0, 1, 2, ...: a frame's `index` column is a slice of it
 
 
@@ -321,7 +337,7 @@ class ColumnBuilder:
         self.raw.extend(raw)
         if variant:
             self._add_record_chunk(_variant_pairs(values))
-            self.option_runs.add(self._encoder.encode(batch.option), n)
+            self.option_runs.add(encode_option(batch.option, self._encoder), n)
             if metas is None:
                 self._meta_nulls += n
             else:
@@ -349,7 +365,7 @@ class ColumnBuilder:
         self._add_runs(offset, n, tag, source)
         self.time_ns.frombytes(times)
         self.raw.extend([None] * n)
-        self.option_runs.add(self._encoder.encode(option), n)
+        self.option_runs.add(encode_option(option, self._encoder), n)
         self._meta_nulls += n
         self.rows += n
         return n
