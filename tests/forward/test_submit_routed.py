@@ -46,14 +46,14 @@ async def test_appends_are_stored_in_the_order_made_across_a_segments_creation(t
     try:
         submit = runtime.submit_routed
         # the first ones wait for "other" to be created, plain ones among them; the rest in line behind
-        futures = [submit("forward", "other.x", frames.frame(b"%d" % i), writer(i) if i % 3 else None)
+        futures = [submit("forward", "other.x", [frames.frame(b"%d" % i)], writer(i) if i % 3 else None)
                    for i in range(12)]
         assert not runtime.store.exists("other") and not futures[0].done()
         await asyncio.sleep(0)  # the creation under way: these go in line behind the first
-        futures += [submit("forward", "other.x", frames.frame(b"%d" % i), writer(i) if i % 3 else None)
+        futures += [submit("forward", "other.x", [frames.frame(b"%d" % i)], writer(i) if i % 3 else None)
                     for i in range(12, 18)]
         await asyncio.gather(*futures)
-        futures = [submit("forward", "other.x", frames.frame(b"%d" % i), writer(i) if i % 3 else None)
+        futures = [submit("forward", "other.x", [frames.frame(b"%d" % i)], writer(i) if i % 3 else None)
                    for i in range(18, 24)]
         await asyncio.gather(*futures)
         stored = [body for t, body in await frames_of(runtime.store, "other") if t == frames.EVENT]
@@ -68,9 +68,9 @@ async def test_a_frame_without_a_writer_gets_no_record(tmp_path: Path) -> None:
     runtime = await open_runtime(tmp_path)
     try:
         submit = runtime.submit_routed
-        await submit("forward", "t", frames.frame(b"plain"))
-        await submit("forward", "t", frames.frame(b"keyed"), writer(1))
-        await submit("forward", "t", frames.frame(b"one") + frames.frame(b"two"), None, frames=2)
+        await submit("forward", "t", [frames.frame(b"plain")])
+        await submit("forward", "t", [frames.frame(b"keyed")], writer(1))
+        await submit("forward", "t", [frames.frame(b"one"), frames.frame(b"two")], None, frames=2)
         kinds = [(t, body if t == frames.EVENT else b"") for t, body in await frames_of(runtime.store, "forward")]
         assert kinds == [(frames.EVENT, b"plain"), (frames.WRITER_RECORD, b""), (frames.EVENT, b"keyed"),
                          (frames.WRITER_RECORD, b""), (frames.EVENT, b"one"), (frames.EVENT, b"two")]
@@ -81,8 +81,8 @@ async def test_a_frame_without_a_writer_gets_no_record(tmp_path: Path) -> None:
 async def test_a_segment_that_cannot_be_created_fails_its_appends_only(tmp_path: Path) -> None:
     runtime = await open_runtime(tmp_path)
     try:
-        refused = runtime.submit_routed("forward", "bad.x", frames.frame(b"lost"), writer(1))
-        kept = runtime.submit_routed("forward", "t", frames.frame(b"kept"), writer(2))
+        refused = runtime.submit_routed("forward", "bad.x", [frames.frame(b"lost")], writer(1))
+        kept = runtime.submit_routed("forward", "t", [frames.frame(b"kept")], writer(2))
         with pytest.raises(LogportError, match="bad/name"):
             await refused
         await kept

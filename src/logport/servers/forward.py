@@ -31,6 +31,7 @@ from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.servers._lifecycle import BUDGET, IdleTimeout, ReadGate, TcpListener, peer_name
 from logport.store import AppendResult, WriterCondition
+from logport.store.appends import Buffer
 from logport.store.frames import EVENT as _EVENT
 from logport.store.frames import HEADER as _FRAME_HEADER
 
@@ -316,9 +317,9 @@ class ForwardConnection(asyncio.Protocol):
             if self.config.add_tag_prefix:
                 tag = f"{self.config.add_tag_prefix}.{tag}"
             key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
-            framed, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
+            parts, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
                                          self._extra, self.store.config.max_frame_size)
-            future = self.runtime.submit_routed(self.config.segment, tag, framed,
+            future = self.runtime.submit_routed(self.config.segment, tag, parts,
                                                 WriterCondition(key=key, end=1) if key is not None else None, frames)
         except Exception as e:  # refused before it reached the store's queue
             self._refused(e)
@@ -426,14 +427,15 @@ class ForwardConnection(asyncio.Protocol):
 
 
 def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: dict[str, str],
-                max_frame_size: int) -> tuple[bytes, int]:
-    """The store frames of a received batch, and how many: one stored PackedForward body (several when it is
-    larger than the store's max_frame_size), each behind its frame header, made in one join."""
+                max_frame_size: int) -> tuple[list[Buffer], int]:
+    """The store frames of a received batch, as the buffers the store writes (the entries a view of the bytes
+    received: no copy), and how many: one stored PackedForward body (several when it is larger than the store's
+    max_frame_size), each behind its frame header."""
     entries: bytes | memoryview = batch.entries
     if extra:
         entries = fp.add_record_keys(entries, extra)
     pieces = fp.split_entries(entries, max_frame_size - _BATCH_OVERHEAD)
-    parts: list[bytes | memoryview] = []
+    parts: list[Buffer] = []
     for piece in pieces:
         head = batch_head(tag, len(piece))
         packed = pack_option({**option, "size": batch.size if len(pieces) == 1 else _count(piece)})
@@ -442,7 +444,7 @@ def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: d
             raise StoreLimitExceeded(f"event of {body_size} bytes (tag {tag!r}) exceeds max_frame_size "
                                      f"{max_frame_size}")
         parts += (_FRAME_HEADER.pack(_EVENT, body_size), head, piece, packed)
-    return b"".join(parts), len(pieces)
+    return parts, len(pieces)
 
 
 def _count(entries: bytes | memoryview) -> int:
