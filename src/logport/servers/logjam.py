@@ -25,14 +25,14 @@ from logport.runtime import Runtime
 from logport.servers._lifecycle import wait_until
 from logport.servers.logjam_consumer import run_subscription
 from logport.servers.logjam_ingest import (
-    Accepted,
     LogjamMetrics,
     MessageDecoder,
+    Taken,
     log,
     log_invalid,
     peer_address,
     receive_message,
-    store_accepted,
+    store_taken,
 )
 from logport.servers.logjam_republish import StreamNames, run_republisher
 
@@ -68,7 +68,7 @@ class LogjamPublisher:
         self._heartbeat = metrics.published.labels("heartbeat")
         self._republished = metrics.published.labels("republished")
 
-    def publish_received(self, accepted: list[Accepted]) -> None:
+    def publish_received(self, accepted: list[Taken]) -> None:
         """Forward received messages: body as sent (compressed on publish if configured and it was not)."""
         send = self.sock.send
         more = _MORE
@@ -76,19 +76,14 @@ class LogjamPublisher:
         device = self.device
         recompress = self.compression
         next_sequence = self.sequence.next
-        for item in accepted:
-            m = item.message
-            meta = m.meta
-            body = m.body
-            if meta is not None:
-                compression, created_ms = meta.compression, meta.created_ms or now_ms()
-            else:
-                compression, created_ms = lj.NO_COMPRESSION, now_ms()
+        for _, _, app_env, topic, body, compression, created_ms in accepted:
+            if not created_ms:
+                created_ms = now_ms()
             if compression == lj.NO_COMPRESSION and recompress != lj.NO_COMPRESSION:
-                body, compression = lj.compress(item.json, recompress), recompress
+                body, compression = lj.compress(body, recompress), recompress  # uncompressed: the body is the JSON
             frame = pack(lj.TAG, compression, lj.VERSION, device, created_ms, next_sequence())
-            send(m.app_env, more)
-            send(m.topic, more)
+            send(app_env, more)
+            send(topic, more)
             send(body, more)
             send(frame, zmq.NOBLOCK)
         self._data.inc(len(accepted))
@@ -112,7 +107,7 @@ class _Pending:
     __slots__ = ("append", "replies", "accepted", "kind")
 
     def __init__(self, append: asyncio.Future[None] | None, replies: list[tuple[bool, list[bytes]]],
-                 accepted: list[Accepted], kind: str) -> None:
+                 accepted: list[Taken], kind: str) -> None:
         self.append = append
         self.replies = replies  # (needs the append to succeed, frames)
         self.accepted = accepted
@@ -225,11 +220,16 @@ class LogjamDevice:
                 self._taking -= 1
 
     async def _take_router(self, batch: list[tuple[list[bytes], str]]) -> None:
-        accepted: list[Accepted] = []
+        accepted: list[Taken] = []
         replies: list[tuple[bool, list[bytes]]] = []
         accept = self.decoder.accept
-        for frames, peer in batch:
+        for (frames, peer), taken in zip(batch, self.decoder.take_batch(batch, True, "router"), strict=True):
             routing_id = frames[0]
+            if taken is not None:  # the C pass took it: a data message, stored as the lines below would
+                accepted.append(taken)
+                if len(frames) > 1 and not frames[1]:
+                    replies.append((True, [routing_id, *lj.router_reply(taken[2], lj.ACCEPTED)]))
+                continue
             rest = frames[1:]
             sync = bool(rest) and not rest[0]
             try:
@@ -239,7 +239,7 @@ class LogjamDevice:
                     if sync:
                         replies.append((False, [routing_id, *lj.router_reply(lj.PING, lj.OK, self.hostname)]))
                     continue
-                accepted.append(accept(message, peer, "router"))
+                accepted.append(accept(message, peer, "router").taken())
                 if sync:
                     replies.append((True, [routing_id, *lj.router_reply(message.app_env, lj.ACCEPTED)]))
             except ProtocolError as e:
@@ -250,23 +250,26 @@ class LogjamDevice:
         await self._enqueue(accepted, replies, "router")
 
     async def _take_pull(self, batch: list[tuple[list[bytes], str]]) -> None:
-        accepted: list[Accepted] = []
+        accepted: list[Taken] = []
         accept = self.decoder.accept
-        for frames, peer in batch:
+        for (frames, peer), taken in zip(batch, self.decoder.take_batch(batch, False, "pull"), strict=True):
+            if taken is not None:
+                accepted.append(taken)
+                continue
             try:
                 message = lj.read_pull_message(frames)
                 if isinstance(message, lj.PingRequest):
                     self.metrics.pings.inc()  # nobody to answer on PULL
                     continue
-                accepted.append(accept(message, peer, "pull"))
+                accepted.append(accept(message, peer, "pull").taken())
             except ProtocolError as e:
                 log_invalid(self.metrics, e, peer, "pull")
         await self._enqueue(accepted, [], "pull")
 
-    async def _enqueue(self, accepted: list[Accepted], replies: list[tuple[bool, list[bytes]]], kind: str) -> None:
+    async def _enqueue(self, accepted: list[Taken], replies: list[tuple[bool, list[bytes]]], kind: str) -> None:
         append = None
         if accepted:
-            append = asyncio.ensure_future(store_accepted(self.runtime, self.config.segment, accepted))
+            append = asyncio.ensure_future(store_taken(self.runtime, self.config.segment, accepted))
         # a full queue stops the pumps: ZeroMQ's own queues then push back on the producers
         await self._pending.put(_Pending(append, replies, accepted, kind))
 
