@@ -178,16 +178,18 @@ static inline uint64_t lj_be(const unsigned char *p, int n) {
     return v;
 }
 
-/* zlib or gzip (wbits 47, as protocols/logjam.py's _inflate): the whole stream within `limit` bytes. */
-static int lj_inflate(const unsigned char *src, size_t n, size_t limit, jp_buf *out) {
-    z_stream z;
-    memset(&z, 0, sizeof(z));
-    if (n > UINT_MAX || inflateInit2(&z, 47) != Z_OK)
+/* zlib or gzip (wbits 47, as protocols/logjam.py's _inflate): the whole stream within `limit` bytes. The
+ * stream `z` is made once per batch (*ready) and reset per body: its window is not allocated per message. */
+static int lj_inflate(z_stream *z, int *ready, const unsigned char *src, size_t n, size_t limit, jp_buf *out) {
+    if (n > UINT_MAX)
         return -1;
+    if (*ready ? inflateReset(z) != Z_OK : inflateInit2(z, 47) != Z_OK)
+        return -1;
+    *ready = 1;
     out->len = 0;
     size_t want = n * 4 < 4096 ? 4096 : n * 4;
-    z.next_in = (Bytef *)src;
-    z.avail_in = (uInt)n;
+    z->next_in = (Bytef *)src;
+    z->avail_in = (uInt)n;
     int rc = Z_OK;
     for (;;) {
         if (want > limit + 1)
@@ -196,15 +198,14 @@ static int lj_inflate(const unsigned char *src, size_t n, size_t limit, jp_buf *
             rc = Z_MEM_ERROR;
             break;
         }
-        z.next_out = out->data + out->len;
-        z.avail_out = (uInt)(want - out->len);
-        rc = inflate(&z, Z_NO_FLUSH);
-        out->len = want - z.avail_out;
-        if (rc != Z_OK || out->len > limit || (z.avail_in == 0 && z.avail_out != 0))
+        z->next_out = out->data + out->len;
+        z->avail_out = (uInt)(want - out->len);
+        rc = inflate(z, Z_NO_FLUSH);
+        out->len = want - z->avail_out;
+        if (rc != Z_OK || out->len > limit || (z->avail_in == 0 && z->avail_out != 0))
             break;
         want *= 2;
     }
-    inflateEnd(&z);
     return rc == Z_STREAM_END && out->len <= limit ? 0 : -1;
 }
 
@@ -454,6 +455,8 @@ static int lj_put_str(jp_buf *b, const char *s) {
 typedef struct {
     jp_parser ps;
     jp_buf json, record, finished;
+    z_stream z;
+    int z_ready;
 } lj_scratch;
 
 /* One message: checked, decompressed, transcoded and stored into `out`; -1: the Python path decides. */
@@ -492,7 +495,7 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
         if (body_len > limit)
             return -1;
     } else {
-        int rc = compression == LJ_ZLIB ? lj_inflate(body, body_len, limit, &sc->json)
+        int rc = compression == LJ_ZLIB ? lj_inflate(&sc->z, &sc->z_ready, body, body_len, limit, &sc->json)
                  : compression == LJ_SNAPPY ? lj_unsnappy(body, body_len, limit, &sc->json)
                                             : lj_unlz4(body, body_len, limit, &sc->json);
         if (rc)
@@ -678,6 +681,8 @@ static PyObject *accept_batch(PyObject *module, PyObject *args) {
         failed = 1;
     }
     jp_parser_free(&sc.ps);
+    if (sc.z_ready)
+        inflateEnd(&sc.z);
     Py_END_ALLOW_THREADS
     jp_buf_free(&sc.json);
     jp_buf_free(&sc.record);

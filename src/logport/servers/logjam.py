@@ -75,17 +75,21 @@ class LogjamPublisher:
         pack = lj.META.pack  # per message on the hot path: no Meta object, the frame straight away
         device = self.device
         recompress = self.compression
-        next_sequence = self.sequence.next
-        for _, _, app_env, topic, body, compression, created_ms in accepted:
-            if not created_ms:
-                created_ms = now_ms()
-            if compression == lj.NO_COMPRESSION and recompress != lj.NO_COMPRESSION:
-                body, compression = lj.compress(body, recompress), recompress  # uncompressed: the body is the JSON
-            frame = pack(lj.TAG, compression, lj.VERSION, device, created_ms, next_sequence())
-            send(app_env, more)
-            send(topic, more)
-            send(body, more)
-            send(frame, zmq.NOBLOCK)
+        sequence = self.sequence.last  # Sequencer.next inlined: a method call per message is a tenth of this loop
+        wrap = lj.SEQUENCE_WRAP - 1
+        try:
+            for _, _, app_env, topic, body, compression, created_ms in accepted:
+                if not created_ms:
+                    created_ms = now_ms()
+                if compression == lj.NO_COMPRESSION and recompress != lj.NO_COMPRESSION:
+                    body, compression = lj.compress(body, recompress), recompress  # uncompressed: body is the JSON
+                sequence = sequence + 1 if sequence < wrap else 1
+                send(app_env, more)
+                send(topic, more)
+                send(body, more)
+                send(pack(lj.TAG, compression, lj.VERSION, device, created_ms, sequence), zmq.NOBLOCK)
+        finally:
+            self.sequence.last = sequence
         self._data.inc(len(accepted))
 
     def publish_json(self, app_env: bytes, topic: bytes, json: bytes, created_ms: int) -> None:
