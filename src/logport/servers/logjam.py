@@ -19,7 +19,7 @@ import zmq.asyncio
 
 from logport import zmqcurve
 from logport.config import LogjamConfig
-from logport.errors import ProtocolError
+from logport.errors import LocalProtocolError, ProtocolError
 from logport.protocols import logjam as lj
 from logport.runtime import Runtime
 from logport.servers._lifecycle import wait_until
@@ -110,10 +110,10 @@ class _Pending:
 
     __slots__ = ("append", "replies", "accepted", "kind")
 
-    def __init__(self, append: asyncio.Future[None] | None, replies: list[tuple[bool, list[bytes]]],
+    def __init__(self, append: asyncio.Future[None] | None, replies: list[tuple[bool, lj.Reply]],
                  accepted: list[Taken], kind: str) -> None:
         self.append = append
-        self.replies = replies  # (needs the append to succeed, frames)
+        self.replies = replies  # (needs the append to succeed, the reply)
         self.accepted = accepted
         self.kind = kind
 
@@ -135,6 +135,8 @@ class LogjamDevice:
         self._sockets: list[zmq.asyncio.Socket] = []
         self.publisher: LogjamPublisher | None = None
         self._peers: dict[bytes, str] = {}  # ROUTER routing id -> the sender's address
+        self.router_conn = lj.Connection("router")  # the protocol's side of each socket (replies owed, frames)
+        self.pull_conn = lj.Connection("pull")
         self.zap: zmqcurve.ZapHandler | None = None
         self._reading = asyncio.Event()  # cleared while paused: the pumps take nothing from ROUTER and PULL
         self._reading.set()
@@ -225,52 +227,56 @@ class LogjamDevice:
 
     async def _take_router(self, batch: list[tuple[list[bytes], str]]) -> None:
         accepted: list[Taken] = []
-        replies: list[tuple[bool, list[bytes]]] = []
-        accept = self.decoder.accept
+        replies: list[tuple[bool, lj.Reply]] = []
+        conn = self.router_conn
         for (frames, peer), taken in zip(batch, self.decoder.take_batch(batch, True, "router"), strict=True):
-            routing_id = frames[0]
-            if taken is not None:  # the C pass took it: a data message, stored as the lines below would
+            if taken is not None:  # the C pass took it: a data message, stored as `_take_one` would
                 accepted.append(taken)
                 if len(frames) > 1 and not frames[1]:
-                    replies.append((True, [routing_id, *lj.router_reply(taken[2], lj.ACCEPTED)]))
+                    conn.expect_reply(frames[0])
+                    replies.append((True, lj.Accept(frames[0], taken[2])))
                 continue
-            rest = frames[1:]
-            sync = bool(rest) and not rest[0]
-            try:
-                message = lj.read_router_message(rest)
-                if isinstance(message, lj.PingRequest):
-                    self.metrics.pings.inc()
-                    if sync:
-                        replies.append((False, [routing_id, *lj.router_reply(lj.PING, lj.OK, self.hostname)]))
-                    continue
-                accepted.append(accept(message, peer, "router").taken())
-                if sync:
-                    replies.append((True, [routing_id, *lj.router_reply(message.app_env, lj.ACCEPTED)]))
-            except ProtocolError as e:
-                log_invalid(self.metrics, e, peer, "router")
-                if sync:
-                    first = rest[1] if len(rest) > 1 else b""
-                    replies.append((False, [routing_id, *lj.router_reply(first, lj.BAD_REQUEST)]))
+            conn.receive_message(frames)
+            self._take_one(conn.next_event(), peer, "router", accepted, replies)
         await self._enqueue(accepted, replies, "router")
 
     async def _take_pull(self, batch: list[tuple[list[bytes], str]]) -> None:
         accepted: list[Taken] = []
-        accept = self.decoder.accept
+        conn = self.pull_conn
         for (frames, peer), taken in zip(batch, self.decoder.take_batch(batch, False, "pull"), strict=True):
             if taken is not None:
                 accepted.append(taken)
                 continue
-            try:
-                message = lj.read_pull_message(frames)
-                if isinstance(message, lj.PingRequest):
-                    self.metrics.pings.inc()  # nobody to answer on PULL
-                    continue
-                accepted.append(accept(message, peer, "pull").taken())
-            except ProtocolError as e:
-                log_invalid(self.metrics, e, peer, "pull")
+            conn.receive_message(frames)
+            self._take_one(conn.next_event(), peer, "pull", accepted, [])
         await self._enqueue(accepted, [], "pull")
 
-    async def _enqueue(self, accepted: list[Taken], replies: list[tuple[bool, list[bytes]]], kind: str) -> None:
+    def _take_one(self, event: lj.Received | lj.Refused, peer: str, kind: str, accepted: list[Taken],
+                  replies: list[tuple[bool, lj.Reply]]) -> None:
+        """One message the C pass left to Python (or every message, without the C extension)."""
+        if isinstance(event, lj.Refused):
+            log_invalid(self.metrics, event.error, peer, kind)
+            if event.sync:
+                replies.append((False, lj.BadRequest(event.route, event.first_frame)))
+            return
+        message = event.event
+        if isinstance(message, lj.PingRequest):
+            self.metrics.pings.inc()  # nobody to answer on PULL
+            if message.sync:
+                replies.append((False, lj.Pong(event.route, self.hostname)))
+            return
+        assert isinstance(message, lj.DataMessage)
+        try:
+            accepted.append(self.decoder.accept(message, peer, kind).taken())
+        except ProtocolError as e:
+            log_invalid(self.metrics, e, peer, kind)
+            if message.sync:
+                replies.append((False, lj.BadRequest(event.route, message.app_env)))
+            return
+        if message.sync:
+            replies.append((True, lj.Accept(event.route, message.app_env)))
+
+    async def _enqueue(self, accepted: list[Taken], replies: list[tuple[bool, lj.Reply]], kind: str) -> None:
         append = None
         if accepted:
             append = asyncio.ensure_future(store_taken(self.runtime, self.config.segment, accepted))
@@ -290,10 +296,17 @@ class LogjamDevice:
                     stored = False
                     self.metrics.store_errors.inc()
                     log.error("logjam messages not stored", extra={"count": len(pending.accepted), "error": str(e)})
-            for needs_store, frames in pending.replies:
-                if stored or not needs_store:
-                    with contextlib.suppress(zmq.ZMQError):
-                        send_frames(router, frames)
+            conn = self.router_conn
+            for needs_store, reply in pending.replies:
+                try:
+                    if stored or not needs_store:
+                        frames = conn.send(reply)
+                        with contextlib.suppress(zmq.ZMQError):
+                            send_frames(router, frames)
+                    else:
+                        conn.forgo_reply(reply.route)
+                except LocalProtocolError as e:  # a bug of ours: the other replies and publishing go on
+                    log.error("logjam reply not sent", extra={"error": str(e)})
             if stored and pending.accepted:
                 self.metrics.stored.labels(pending.kind).inc(len(pending.accepted))
                 self.publisher.publish_received(pending.accepted)
