@@ -228,3 +228,46 @@ def test_damaged_compressed_bodies_give_the_python_paths_answer(record: dict[str
         body[where % len(body)] = value  # one byte changed: lengths, offsets, tokens, checksums
     body = body[:len(body) + cut] if cut < 0 else body + bytes(cut)
     batch_outcomes([[b"app-production", b"logs.app", bytes(body), meta(compression)]], False)
+
+
+# --- the listener with and without the C pass ---
+
+
+async def test_the_listener_stores_replies_and_publishes_the_same_without_the_c_pass(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zmq.asyncio
+
+    from tests.logjam.helpers import AgentProducer, RawSubscriber, until_connected
+    from tests.support import hub_config, running_hub, stored_batches
+
+    messages = [data(BODY, c) for c in (lj.NO_COMPRESSION, lj.ZLIB, lj.SNAPPY, lj.LZ4)] + [
+        data(b"[]"), data(BODY, app_env=b"bad"), [b"ping", b"app-production", b"", meta()],
+        data(dumps({"started_at": "2026-11-22 03:00:00+0100", "x": [1, 2.5, None]}), lj.LZ4),
+        [b"app-production", b"logs.app", b"not lz4", meta(lj.LZ4)]]
+
+    async def run(name: str) -> tuple[list[Any], list[Any], list[Any]]:
+        cfg = hub_config(tmp_path / name, ["logjam"], hub={"hostname": "h"})
+        ctx = zmq.asyncio.Context()
+        async with running_hub(cfg) as hub:
+            producer = AgentProducer(ctx, cfg.logjam.router_port)
+            sub = RawSubscriber(ctx, cfg.logjam.pub_port)
+            await until_connected(sub, producer)
+            replies = [await producer.send_sync(frames) for frames in messages]
+            published = [(await sub.recv_data())[:3] for _ in range(5)]
+            assert hub.runtime is not None
+            stored = [(b.tag, b.entries, {k: v for k, v in b.option.items() if k != "peer"})
+                      for _, b in await stored_batches(hub.runtime.store, "logjam")
+                      if b.option.get("app_env") == "app-production"]  # not until_connected's probes
+            producer.close()
+            sub.close()
+        ctx.destroy(linger=0)
+        return replies, published, stored
+
+    with_c = await run("c")
+    monkeypatch.setattr(logjam_ingest, "_accept_batch", None)
+    monkeypatch.setattr(logjam_ingest, "_pack_body", None)
+    python = await run("python")
+    assert with_c == python
+    assert [r[-1] for r in with_c[0]] == [lj.ACCEPTED] * 4 + [lj.BAD_REQUEST] * 2 + [b"h", lj.ACCEPTED,
+                                                                                      lj.BAD_REQUEST]
+    assert len(with_c[2]) == 5
