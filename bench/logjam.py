@@ -238,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
            f"a hub process per code ({', '.join(n for n, _ in codes)}; their order swapped every round); hub CPU = "
            f"the hub process while the producer ran; load = 1-minute load average, min..max over the method's runs")
     rows = []
+    ratio_of: dict[tuple[str, str], float] = {}  # (method, code) -> median of the per-round logport/raw ratios
 
     async def main() -> None:
         for method in args.methods.split(","):
@@ -255,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
                 ratios = [o["rate"] / r["rate"] for o, r in zip(runs, raws, strict=True) if r["rate"]]
                 per_cpu = [o["received"] / o["cpu"] for o in runs if o["cpu"]]
                 raw_per_cpu = [r["received"] / r["cpu"] for r in raws if r["cpu"]]
+                ratio_of[method, name] = median(ratios)
                 rows.append([method, name, median([o["rate"] for o in runs]), median([r["rate"] for r in raws]),
                              f"{median(ratios):.0%}", f"{min(ratios):.0%}..{max(ratios):.0%}", median(per_cpu),
                              median(raw_per_cpu), f"{median(per_cpu) / median(raw_per_cpu):.0%}",
@@ -272,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     for method in args.methods.split(","):  # the targets of issue 18, each said met or not
         new = by[(method, "new")]
         line = (f"{method}: logport/raw msg/s {new[4]} (target >= 95%: "
-                f"{'met' if new[2] >= 0.95 * new[3] else 'not met'}), per CPU-s {new[8]}")
+                f"{'met' if ratio_of[method, 'new'] >= 0.95 else 'not met'}), per CPU-s {new[8]}")
         if args.baseline:
             old = by[(method, args.baseline)]
             ratio = new[6] / old[6]
