@@ -48,8 +48,8 @@ static PyObject *number_at(const unsigned char *p, size_t n) {
     }
 }
 
-/* The str at p (a msgpack str written by _jsonpack.h: valid UTF-8), or None for anything else. */
-static PyObject *str_at(const unsigned char *p, size_t n) {
+/* The str bytes of the msgpack value at [p, p + n), or -1 if it is no str. */
+static int lj_str_span(const unsigned char *p, size_t n, const unsigned char **s, size_t *len) {
     size_t head;
     if (n >= 1 && (p[0] & 0xe0) == 0xa0)
         head = 1;
@@ -60,8 +60,19 @@ static PyObject *str_at(const unsigned char *p, size_t n) {
     else if (n >= 1 && p[0] == 0xdb)
         head = 5;
     else
+        return -1;
+    *s = p + head;
+    *len = n - head;
+    return 0;
+}
+
+/* The str at p (a msgpack str written by _jsonpack.h: valid UTF-8), or None for anything else. */
+static PyObject *str_at(const unsigned char *p, size_t n) {
+    const unsigned char *s;
+    size_t len;
+    if (lj_str_span(p, n, &s, &len))
         return Py_NewRef(Py_None);
-    return PyUnicode_DecodeUTF8((const char *)p + head, (Py_ssize_t)(n - head), "strict");
+    return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)len, "strict");
 }
 
 static PyObject *pack_body(PyObject *module, PyObject *arg) {
@@ -402,24 +413,6 @@ static int lj_iso_micros(const unsigned char *p, size_t n, int64_t *micros) {
     int64_t seconds = lj_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s - offset;
     *micros = seconds * 1000000 + frac;
     return *micros < 0 ? -1 : 0;
-}
-
-/* The str bytes of the msgpack value at [p, p + n), or -1 if it is no str. */
-static int lj_str_span(const unsigned char *p, size_t n, const unsigned char **s, size_t *len) {
-    size_t head;
-    if (n >= 1 && (p[0] & 0xe0) == 0xa0)
-        head = 1;
-    else if (n >= 1 && p[0] == 0xd9)
-        head = 2;
-    else if (n >= 1 && p[0] == 0xda)
-        head = 3;
-    else if (n >= 1 && p[0] == 0xdb)
-        head = 5;
-    else
-        return -1;
-    *s = p + head;
-    *len = n - head;
-    return 0;
 }
 
 /* started_ms as event_time_of takes it: an int or float (not a bool) in [0, 2**52), in whole ms. */
