@@ -46,6 +46,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logpo
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gcc; }
 	@$(BIN)/python -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
 		2>/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-dev; }
+	@# logjam's C pass inflates zlib bodies with zlib (setup.py links it to _logjam_scan)
+	@[ -e /usr/include/zlib.h ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q zlib1g-dev; }
 	@# the power-loss tests' FUSE file system (tests/powerloss): pyfuse3 builds against libfuse3
 	@pkg-config --exists fuse3 2>/dev/null && command -v fusermount3 >/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q fuse3 libfuse3-dev pkg-config; }

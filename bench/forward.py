@@ -180,6 +180,10 @@ async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, w
         result = load_result(proc)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)  # the hub's (the load runs in a process of its own)
         result["cpu"] = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+        result["user"], result["system"] = cpu1.ru_utime - cpu0.ru_utime, cpu1.ru_stime - cpu0.ru_stime
+        result["page_faults"] = cpu1.ru_minflt - cpu0.ru_minflt
+        if hub.runtime is not None:  # chunks per commit: what the group commit made of the load
+            result["fsyncs"] = hub.runtime.metrics.registry.get_sample_value("logport_store_fsyncs_total")
     finally:
         await hub.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -190,10 +194,14 @@ def fluent_server_run(args: argparse.Namespace) -> dict[str, Any]:
     node = subprocess.Popen(["node", str(NODE_SERVER), json.dumps({"quiet": True})], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     try:
+        from _hubproc import tree_cpu_seconds
+
         assert node.stdout is not None
         line = node.stdout.readline()
         port = int(line.split()[1])
+        cpu0 = tree_cpu_seconds(node.pid)
         result = load_result(run_load("127.0.0.1", port, args, seconds=args.seconds, window=args.window))
+        result["cpu"] = tree_cpu_seconds(node.pid) - cpu0  # the server's (the load runs in a process of its own)
     finally:
         assert node.stdin is not None
         node.stdin.close()
@@ -253,14 +261,20 @@ def run(args: argparse.Namespace) -> int:
     def rates(r: dict[str, Any]) -> tuple[float, float]:
         return r["events"] / r["seconds"], r["bytes"] / r["seconds"] / 1e6
 
+    def per_cpu(runs: list[dict[str, Any]]) -> float:
+        return statistics.median(r["events"] / r["cpu"] for r in runs) if all(r.get("cpu") for r in runs) else 0.0
+
     lp_eps, lp_mbs = rates(lp)
-    rows: list[list[Any]] = [["logport (fsync=always)", round(lp_eps), round(lp_mbs, 1), lp["chunks"], "1.00"]]
+    rows: list[list[Any]] = [["logport (fsync=always)", round(lp_eps), round(per_cpu(lps)), round(lp_mbs, 1),
+                              lp["chunks"], "1.00"]]
     if fs is not None:
         fs_eps, fs_mbs = rates(fs)
-        rows.append(["@fluent-org/logger FluentServer (memory)", round(fs_eps), round(fs_mbs, 1), fs["chunks"],
-                     f"{fs_eps / lp_eps:.2f}"])
-    rows.append([f"logport store alone, 64 KiB appends, {writers} writers", "", round(store_mbs, 1), "", ""])
-    table(["server", "events/s", "MB/s", "chunks acked", "vs logport"], rows)
+        rows.append(["@fluent-org/logger FluentServer (memory)", round(fs_eps), round(per_cpu(fss)), round(fs_mbs, 1),
+                     fs["chunks"], f"{fs_eps / lp_eps:.2f}"])
+    rows.append([f"logport store alone, 64 KiB appends, {writers} writers", "", "", round(store_mbs, 1), "", ""])
+    table(["server", "events/s", "events per server CPU-s", "MB/s", "chunks acked", "vs logport"], rows)
+    print("# events per server CPU-s: the median over rounds of events / the server process's user+system CPU "
+          f"(logport's hub with its store threads); load (1 min) at the end: {os.getloadavg()[0]:.2f}")
     print(f"# medians of {args.rounds} interleaved rounds; logport events/s per round: "
           + ", ".join(f"{r['events'] / r['seconds']:,.0f}" for r in lps)
           + "; store MB/s per round: " + ", ".join(f"{m:.0f}" for m in stores))
@@ -285,6 +299,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_missing_extensions(tree: Path) -> None:
+    """Compile the baseline's C extensions that baseline_tree could not copy from this tree (their C differs),
+    as setup.py builds them (-O2), so that the baseline runs with its own C, not with its Python fallback."""
+    import sysconfig
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()
+    for source in sorted((tree / "src" / "logport").rglob("_*.c")):
+        built = source.with_name(source.stem + suffix)
+        if built.exists():
+            continue
+        done = subprocess.run([*compiler, "-O2", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
+                               str(source), "-o", str(built)], check=False, capture_output=True, text=True)
+        if done.returncode:
+            print(f"# baseline: building {source.name} failed, it runs without it: {done.stderr.strip()[-300:]}")
+        else:
+            print(f"# baseline: built {built.name} from its own {source.name}")
+
+
 def run_beside_baseline(args: argparse.Namespace) -> int:
     """Logport's Forward ingest on this code and on `args.baseline`'s, each run in a process of its own (the
     hub, and the load generator's packing), order alternating between rounds; with the store alone at 64
@@ -299,6 +332,7 @@ def run_beside_baseline(args: argparse.Namespace) -> int:
            f"chunks of {args.events} events ({args.record_size}-byte records), window {args.window}, acks; "
            f"fsync=always; {work}")
     tree = baseline_tree(args.baseline, work)
+    build_missing_extensions(tree)
     codes = [("this", ""), (args.baseline, str(tree / "src"))]
     writers = args.connections * max(args.window, 1)
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}

@@ -3,7 +3,10 @@
 Every side reads every column (written to Spark's `noop` sink) in the same run,
 on the same SparkSession, in turn, round after round. The JSON lines are what
 `logport cat` prints. The source is timed with records as VARIANT (its default)
-and as JSON text (option record=json).
+and as JSON text (option record=json); with --baseline REV, also as a commit
+REV's source reads it (VARIANT), registered on the same session with Python
+workers of its own that import that commit's logport. Beside rows/s, rows per
+CPU-second of the whole session (JVM, Python workers and driver, from /proc).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 from logport.batch import encode_batch
 from logport.config import StoreConfig
@@ -33,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds per side (best counts), after a warm-up")
     p.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    p.add_argument("--baseline", default="", help="a git revision whose source (built from git with its C "
+                   "extensions) reads the same events beside this checkout's, e.g. 92071ee")
 
 
 def make_batches(events: int, batch_size: int) -> list[bytes]:
@@ -71,10 +78,47 @@ def write_json_lines(path: Path, bodies: list[bytes]) -> None:
             offset += 8 + len(body)
 
 
-def timed(action) -> float:  # type: ignore[no-untyped-def]
+def session_cpu_seconds() -> float:
+    """CPU-seconds of this process and everything it started (the JVM, its Python daemons and workers),
+    with what their children that have exited used (cutime, cstime): Spark's Python workers come and go."""
+    total = 0
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def timed(action) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(seconds, session CPU-seconds) of one read."""
+    cpu = session_cpu_seconds()
     started = time.perf_counter()
     action()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, session_cpu_seconds() - cpu
+
+
+def baseline_python(rev: str, work: Path) -> str:
+    """An executable that runs this venv's Python with commit `rev`'s logport (built by pip) first on its path:
+    the Python the baseline's Spark workers run."""
+    from _hubproc import build_baseline
+
+    site = build_baseline(rev, work)
+    wrapper = work / f"python-{rev}"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    import subprocess
+
+    where = subprocess.run([str(wrapper), "-c", "import logport.spark.columns as c; print(c.__file__)"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+    if not where.startswith(str(site)):
+        raise SystemExit(f"baseline {rev}: its Python imports logport from {where}, not from {site}")
+    return str(wrapper)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         # a --dir kept from an earlier run would be appended to: the source would read more rows than the
         # JSON reader and the ratio would compare different data
         shutil.rmtree(data_dir, ignore_errors=True)
+        old_python = baseline_python(args.baseline, work) if args.baseline else None
         asyncio.run(store_batches(data_dir, bodies))
         write_json_lines(jsonl, bodies)
         stored = sum(8 + len(b) for b in bodies)
@@ -103,11 +148,26 @@ def run(args: argparse.Namespace) -> int:
                  .config("spark.sql.session.timeZone", "UTC").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         logport.spark.register(spark)
+        context = spark.sparkContext
+        new_python = context.pythonExec
+
+        def use(python: str) -> None:
+            """The `logport` source registered anew, its Python workers running `python` (this checkout's,
+            or the baseline's): Spark keeps the Python a source was registered with."""
+            context.pythonExec = python
+            logport.spark.register(spark)
 
         def logport_read() -> None:
+            use(new_python)
+            spark.read.format("logport").option("path", data_dir).load().write.format("noop").mode("overwrite").save()
+
+        def logport_read_baseline() -> None:
+            assert old_python is not None
+            use(old_python)
             spark.read.format("logport").option("path", data_dir).load().write.format("noop").mode("overwrite").save()
 
         def logport_read_json() -> None:
+            use(new_python)
             (spark.read.format("logport").option("path", data_dir).option("record", "json").load()
              .write.format("noop").mode("overwrite").save())
 
@@ -121,13 +181,15 @@ def run(args: argparse.Namespace) -> int:
 
         sides = {"logport source (record VARIANT)": logport_read, "logport source (record JSON)": logport_read_json,
                  "JSON reader (inferred schema)": json_read, "JSON reader (schema given)": json_read_with_schema}
+        if old_python is not None:
+            sides[f"logport source (record VARIANT), baseline {args.baseline}"] = logport_read_baseline
         for action in sides.values():  # warm-up: JIT, Python workers
             action()
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for _ in range(args.rounds):  # alternated, so a change in the machine's load falls on every side
-            for name, action in sides.items():
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+        for r in range(args.rounds):  # alternated, in both orders, so a change in load falls on every side
+            for name, action in (sides.items() if r % 2 == 0 else reversed(sides.items())):
                 times[name].append(timed(action))
-        best = {name: min(values) for name, values in times.items()}
+        best = {name: min(values) for name, values in times.items()}  # the fastest round, with its CPU
         spark.stop()
 
         n = args.events
@@ -135,11 +197,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{n:,} events; stored {stored / 1e6:.1f} MB, JSON lines {jsonl.stat().st_size / 1e6:.1f} MB; "
               f"master {args.master}; best of {args.rounds}\n")
         print(f"load average before: {load_before}, after: {os.getloadavg()}")
-        print("| reader | seconds | rows/s | logport (VARIANT) rows/s / this rows/s |\n|---|---:|---:|---:|")
-        for name, seconds in best.items():
-            print(f"| {name} | {seconds:.2f} | {n / seconds:,.0f} | {seconds / base:.2f}x |")
+        print("| reader | seconds | rows/s | logport (VARIANT) rows/s / this rows/s | CPU-s | rows per CPU-s |"
+              "\n|---|---:|---:|---:|---:|---:|")
+        for name, (seconds, cpu) in best.items():
+            print(f"| {name} | {seconds:.2f} | {n / seconds:,.0f} | {seconds / base[0]:.2f}x | {cpu:.2f} | "
+                  f"{n / cpu:,.0f} |")
         print(f"\ncommand: logport bench spark --events {n} --batch-size {args.batch_size} "
-              f"--master '{args.master}' --rounds {args.rounds}")
+              f"--master '{args.master}' --rounds {args.rounds}" + (f" --baseline {args.baseline}" if args.baseline
+                                                                     else ""))
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

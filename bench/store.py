@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mib-small", type=int, default=16, help="MiB appended per case for frames < 64 KiB")
     p.add_argument("--mib-large", type=int, default=256, help="MiB appended per case for 64 KiB frames")
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
-    p.add_argument("--modes", default=",".join(MODES), help="chunk modes of this code: " + ", ".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="chunk modes of this code: " + ", ".join(MODES) + "; each with +direct: store.direct_io on")
     p.add_argument("--baseline", default="", help="a git revision whose store runs beside, e.g. HEAD~5")
     p.add_argument("--repeat", type=int, default=1, help="runs of each case (medians), order alternating")
     p.add_argument("--chunk-mib", type=int, default=64, help="store.chunk_size in MiB")
@@ -95,10 +96,11 @@ def store_config(root: Path, spec: dict[str, Any]) -> Any:
     config = StoreConfig(data_dir=str(root), fsync=spec["fsync"], chunk_size=spec["chunk_mib"] * MiB)
     if spec.get("writeback_bytes", -1) >= 0:
         config.writeback_bytes = spec["writeback_bytes"]
-    mode = spec["mode"]
+    mode, _, direct = spec["mode"].partition("+")
     if mode not in ("baseline", "default"):  # the keys below are format v2's; "default": the store as configured
         config.prewrite_chunks = mode == "fresh"
         config.spare_chunks = {"recycled": 4, "fresh": 2, "none": 0}[mode]
+        config.direct_io = direct == "direct"
     return config
 
 
@@ -118,11 +120,12 @@ async def store_append(root: Path, spec: dict[str, Any]) -> dict[str, Any]:
     # untimed, in 1 MiB appends: past the first chunk, so that the timed appends go where each mode's steady
     # state has them: a recycled chunk (two passes, each then dropped by a truncation, as retention drops
     # them), a chunk written ahead (the next being written meanwhile), a new file (none; and v1)
-    for _ in range({"recycled": 2, "default": 0}.get(spec["mode"], 1)):
+    mode = spec["mode"].partition("+")[0]
+    for _ in range({"recycled": 2, "default": 0}.get(mode, 1)):
         for i in range(config.chunk_size // MiB + 1):
             at = (i * MiB) % (len(pool) - MiB)
             await store.append("bench", [memoryview(pool)[at : at + MiB - 8]])
-        if spec["mode"] == "recycled":
+        if mode == "recycled":
             await store.truncate("bench", store.info("bench").end_offset)
     latencies: list[float] = []
 
@@ -140,10 +143,17 @@ async def store_append(root: Path, spec: dict[str, Any]) -> dict[str, Any]:
     await asyncio.gather(*(one_writer(w) for w in range(writers)))
     elapsed = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    # what a reader following the appends pays: the timed appends read back at once, through the store
+    info = store.info("bench")
+    offset = start = info.end_offset - per_writer * writers * frame
+    t1 = time.perf_counter()
+    while offset < info.end_offset:
+        offset = (await store.read_frames("bench", offset, MiB)).next_offset
+    read_back = time.perf_counter() - t1
     await store.close()
     shutil.rmtree(root, ignore_errors=True)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return {"seconds": elapsed, "latencies": latencies, "cpu": cpu}
+    return {"seconds": elapsed, "latencies": latencies, "cpu": cpu, "read_back_mbs": (offset - start) / read_back / 1e6}
 
 
 def measure_in_process(spec: dict[str, Any], pythonpath: str) -> dict[str, Any]:
@@ -171,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=base))
     modes = [m for m in args.modes.split(",") if m]
+    for m in modes:
+        if m.partition("+")[0] not in MODES or m.partition("+")[2] not in ("", "direct"):
+            raise SystemExit(f"bench store: unknown mode {m!r}; modes: {', '.join(MODES)}, each with +direct")
     codes: list[tuple[str, str, str]] = [(m, m, "") for m in modes]  # (label, mode, PYTHONPATH)
     tree = None
     if args.baseline:
@@ -204,17 +217,20 @@ def run(args: argparse.Namespace) -> int:
                                  f"{mbs / raw_mbs:.0%}", f"{mbs / grouped_mbs:.0%}",
                                  round(median([len(x["latencies"]) / x["seconds"] for x in done])),
                                  round(median(lat) * 1e3, 3), round(percentile(lat, 0.99) * 1e3, 3), round(cpu_mb),
-                                 crc_share, " ".join(loads[label])))
+                                 crc_share, round(median([x.get("read_back_mbs", 0.0) for x in done])),
+                                 " ".join(loads[label])))
     finally:
         if tree is not None:
             remove_baseline_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
     table(["frame", "writers", "chunks", "store MB/s", "raw MB/s", "store/raw", "store/per-group", "appends/s",
-           "p50 ms", "p99 ms", "MB per CPU-s", "CRC share of CPU", "load (1 min) per run"], rows)
+           "p50 ms", "p99 ms", "MB per CPU-s", "CRC share of CPU", "read back MB/s", "load (1 min) per run"], rows)
     print("# raw: the same total in frame-sized os.write calls, one fdatasync at the end; per-group: the same")
     print("# with an fdatasync after every writers x frame bytes (the most an ack-after-fsync append can do);")
     print("# chunks: recycled = spares that retention dropped, fresh = written ahead during the run, none =")
-    print(f"# new files; medians of {args.repeat} run(s) per case, each in a process of its own, order alternating;")
+    print("# new files; +direct: store.direct_io on (commits into written blocks as O_DIRECT|O_DSYNC writes);")
+    print(f"# medians of {args.repeat} run(s) per case, each in a process of its own, order alternating;")
+    print("# read back: the timed appends read through the store right after them (page cache or disk);")
     print("# MB per CPU-s: the store process's user+system CPU. CRC share of CPU: CRC32C's time per MB (measured")
     print(f"# here over 64 MiB of distinct bodies from memory: {crc_ms:.3f} ms per MB) x the store's CPU seconds per MB.")
     return 0

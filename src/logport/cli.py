@@ -37,7 +37,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
-    "spark": ("1-2 min", "Java for PySpark (`make java`)"),
+    "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),
 }
 FOLLOW_POLL = 0.2  # seconds between looks for a segment `cat --follow` waits for

@@ -315,7 +315,8 @@ async def serve_forever(config: Config, config_path: str | None = None,
         log.info("logport stopping", extra={"shutdown_grace": grace})
         notifier.stopping(f"draining (at most {grace} s)")
         try:
-            await asyncio.wait_for(hub.drain(grace), grace + 1.0)
+            async with asyncio.timeout(grace + 1.0):
+                await hub.drain(grace)
         except TimeoutError:
             log.warning("draining took longer than hub.shutdown_grace; closing what is left",
                         extra={"shutdown_grace": grace})

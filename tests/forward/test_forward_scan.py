@@ -1,7 +1,10 @@
-"""The C pass of PackedForward's scan against the Python scan it stands in for.
+"""The C passes of PackedForward against the Python they stand in for.
 
-The C pass may answer -1 (let Python decide) for anything; a count it gives must be what the
+The C count may answer -1 (let Python decide) for anything; a count it gives must be what the
 Python scan gives, for any bytes, and it must give one for every stream of valid entries it covers.
+The C frame pass (packed_forward_frame) finds a message's parts where msgpack's unpacker would: a
+server connection decodes any stream, split anywhere, to the same events and errors with it and
+without it.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ from hypothesis import strategies as st
 from logport.protocols import forward as fp
 
 try:
-    from logport.protocols._forward_scan import count_entries
+    from logport.protocols._forward_scan import count_entries, packed_forward_frame
 except ImportError:  # pragma: no cover - the test below says what is missing
-    count_entries = None  # type: ignore[assignment]
+    count_entries = packed_forward_frame = None  # type: ignore[assignment]
 
 
 def test_the_c_scan_is_built() -> None:
-    assert count_entries is not None, (
+    assert count_entries is not None and packed_forward_frame is not None, (
         "logport.protocols._forward_scan was not built: install a C compiler and the Python headers, "
         "then `pip install -e .` again (make setup does both)")
 
@@ -135,3 +138,130 @@ def test_any_buffer_is_scanned() -> None:
     assert c_count(stream) == c_count(bytearray(stream)) == c_count(memoryview(stream)) == 4
     with pytest.raises(TypeError):
         c_count("text")  # type: ignore[arg-type]
+
+
+# --- the frame pass: where a PackedForward message's parts lie in the bytes received ---
+
+tags = st.one_of(st.text(max_size=40), st.text(min_size=32, max_size=300))
+options = st.one_of(st.none(), st.dictionaries(st.text(max_size=8), values, max_size=4),
+                    st.dictionaries(st.text(max_size=3), st.integers(-2**63, 2**64 - 1), min_size=16, max_size=18))
+
+
+@st.composite
+def packed_messages(draw: st.DrawFn) -> bytes:
+    """PackedForward messages as clients send them: str or bin entries of every width, with or without option."""
+    payload = b"".join(draw(entries))
+    entries_as = draw(st.sampled_from(["bin", "str"]))
+    packer = msgpack.Packer(use_bin_type=entries_as == "bin")
+    head = packer.pack(draw(tags)) + packer.pack(payload)
+    if draw(st.booleans()):
+        return b"\x92" + head
+    return b"\x93" + head + packer.pack(draw(options))
+
+
+@given(st.binary(max_size=300), st.integers(0, 300))
+def test_the_frame_pass_on_arbitrary_bytes(data: bytes, offset: int) -> None:
+    offset = min(offset, len(data))
+    found = packed_forward_frame(data, offset)
+    if isinstance(found, int):
+        assert found in (-1, -2) or found > len(data) - offset
+        return
+    check_frame(data, offset, found)
+
+
+def check_frame(data: bytes, offset: int, found: tuple[int, int, int, int, int, int]) -> None:
+    """What the frame pass found is what msgpack reads there."""
+    end, tag_start, tag_end, entries_start, entries_end, option_start = found
+    assert offset < tag_start <= tag_end <= entries_start <= entries_end == option_start <= end <= len(data)
+    message = msgpack.unpackb(data[offset:end], raw=True, strict_map_key=False)
+    assert message[0] == data[tag_start:tag_end] and message[1] == data[entries_start:entries_end]
+    assert (len(message) == 3) == (option_start < end)
+
+
+@given(packed_messages(), st.binary(max_size=20), st.integers(0, 40))
+def test_the_frame_pass_finds_every_message_and_asks_for_the_rest(message: bytes, after: bytes, cut: int) -> None:
+    data = b"\x00" * 3 + message + after
+    check_frame(data, 3, packed_forward_frame(data, 3))  # type: ignore[arg-type]
+    short = data[:3 + max(len(message) - 1 - cut, 0)]
+    need = packed_forward_frame(short, 3)
+    assert isinstance(need, int) and (need == -2 or len(short) - 3 < need <= len(message))
+
+
+def decode(data: bytes, split: int, frame_pass: bool, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """What a server connection makes of `data` fed in pieces of `split` bytes: its events (entries as bytes),
+    then the type of the error it raised, if any."""
+    with monkeypatch.context() as patched:
+        if not frame_pass:
+            patched.setattr(fp, "_packed_forward_frame", None)
+        conn = fp.ServerConnection(peer="fuzz:1", chunk_size_limit=4096, decompression_size_limit=1 << 16)
+        out: list[object] = []
+        try:
+            for i in range(0, len(data), split):
+                conn.receive_data(data[i:i + split])
+                while (event := conn.next_event()) is not fp.NEED_DATA:
+                    if isinstance(event, fp.EventBatch):
+                        event = (event.tag, bytes(event.entries), event.option, event.size, event.invalid, event.mode)
+                    out.append(event)
+        except fp.RemoteProtocolError as e:
+            out.append(type(e))
+        out.append(conn.buffered)
+    return out
+
+
+MUTATIONS = st.lists(st.tuples(st.sampled_from(["flip", "insert", "delete"]), st.integers(0, 1 << 16),
+                               st.integers(0, 255)), max_size=4)
+
+
+def mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
+    out = bytearray(data)
+    for op, where, value in mutations:
+        if op == "insert":
+            out.insert(where % (len(out) + 1), value)
+        elif out and op == "flip":
+            out[where % len(out)] ^= value or 1
+        elif out:
+            del out[where % len(out)]
+    return bytes(out)
+
+
+@given(st.lists(st.one_of(packed_messages(), st.just(b"\xc0"), st.just(msgpack.packb(["t", 1, {"a": 1}]))),
+                max_size=5), MUTATIONS, st.integers(1, 700))
+def test_the_frame_pass_decodes_as_the_unpacker_does(messages: list[bytes], mutations: list[tuple[str, int, int]],
+                                                     split: int) -> None:
+    """PackedForward messages between heartbeats and Message-mode messages, damaged or not, split anywhere."""
+    data = mutate(b"".join(messages), mutations)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert decode(data, split, True, monkeypatch) == decode(data, split, False, monkeypatch)
+
+
+def test_a_whole_message_in_one_read_gives_its_entries_as_a_view() -> None:
+    conn = fp.ServerConnection()
+    stream = msgpack.packb([1, {"a": 1}]) * 3
+    conn.receive_data(fp.encode_packed_forward("t", stream, {"chunk": "c"}) * 2)
+    first, second = conn.next_event(), conn.next_event()
+    assert isinstance(first, fp.EventBatch) and isinstance(first.entries, memoryview)
+    assert isinstance(second, fp.EventBatch) and bytes(second.entries) == stream and second.size == 3
+    assert conn.next_event() is fp.NEED_DATA and conn.buffered == 0
+
+
+def test_a_message_over_chunk_size_limit_is_refused_from_its_head() -> None:
+    """The declared size of the entries is enough: nothing more is gathered."""
+    conn = fp.ServerConnection(chunk_size_limit=1000)
+    message = fp.encode_packed_forward("t", msgpack.packb([1, {"a": "x" * 2000}]), {"chunk": "c"})
+    conn.receive_data(message[:20])
+    with pytest.raises(fp.LimitExceeded, match="chunk_size_limit") as refused:
+        conn.next_event()
+    assert refused.value.value == fp.declared_frame_size(message) and refused.value.limit == 1000  # as the unpacker says
+
+
+def test_an_option_without_end_is_bounded_by_chunk_size_limit() -> None:
+    """Whole entries, then an option that keeps coming: it goes to the unpacker, which refuses it at the limit."""
+    conn = fp.ServerConnection(chunk_size_limit=1000)
+    head = b"\x93\xa1t" + msgpack.packb(msgpack.packb([1, {"a": 1}]), use_bin_type=True) + b"\x81\xa1o\xdb\x00\x01\x00\x00"
+    conn.receive_data(head)
+    assert conn.next_event() is fp.NEED_DATA
+    with pytest.raises(fp.LimitExceeded, match="chunk_size_limit"):
+        for _ in range(100):
+            conn.receive_data(b"x" * 100)
+            assert conn.next_event() is fp.NEED_DATA
+    assert conn.buffered <= 1000 + 100 + len(head)

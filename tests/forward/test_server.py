@@ -491,10 +491,10 @@ async def test_an_unexpected_error_storing_a_chunk_closes_the_connection_without
     async with running_hub(config):
         port = config.forward.port
 
-        def broken(*args: object, **kwargs: object) -> bytes:
+        def broken(*args: object, **kwargs: object) -> tuple[list[bytes], int]:
             raise RuntimeError("a bug")
 
-        monkeypatch.setattr(server_module, "encode_batch", broken)
+        monkeypatch.setattr(server_module, "frame_batch", broken)
         r, w = await connect(port)
         w.write(fp.encode_packed_forward("t", entries(2), {"chunk": "c1"}))
         await closed_without_reply(r, 5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import re
@@ -78,3 +79,52 @@ def test_hub_info_codec() -> None:
     encoded = sp.encode(message)
     assert encoded[:4] == (74).to_bytes(4, "big")
     assert sp.decode_body(74, encoded[8:]) == message
+
+
+@pytest.fixture
+def read_only_copy(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A data directory with a segment and no hub-id, seen through a read-only bind mount (root only)."""
+    import os
+    import subprocess
+
+    from logport.store.reader import DirectoryReader
+
+    source, view = tmp_path / "data", tmp_path / "ro"
+    asyncio.run(_store_one_event(source))
+    (source / FILE_NAME).unlink(missing_ok=True)  # as if served before identities came (the store makes none)
+    view.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(source), str(view)]).returncode:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(view)]).returncode:
+            pytest.skip("remounting read-only failed")
+        with contextlib.closing(DirectoryReader(view)) as reader:
+            assert [bytes(b) for _, b in reader.iter_events("s")] == [b"one"]
+        yield view
+    finally:
+        subprocess.run(["umount", "--lazy", str(view)], check=True)
+
+
+async def _store_one_event(data_dir: Path) -> None:
+    from logport.config import StoreConfig
+    from logport.store import SegmentStore
+
+    store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir)))
+    try:
+        await store.append("s", [b"one"])
+    finally:
+        await store.close()
+
+
+def test_a_reader_that_cannot_write_names_a_directory_after_its_path(
+        read_only_copy: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from logport.spark.segments import DirectorySegments
+
+    with pytest.raises(OSError):
+        ensure_hub_identity(read_only_copy)  # what the Spark source called: the query failed
+    with contextlib.closing(DirectorySegments(str(read_only_copy))) as access, \
+            contextlib.closing(DirectorySegments(str(read_only_copy))) as again:
+        first = access.identity()
+        assert UUID.match(first) and first == again.identity()  # stable
+    assert read_hub_identity(read_only_copy) is None
+    assert any("cannot write one there" in r.getMessage() for r in caplog.records)

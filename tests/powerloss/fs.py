@@ -72,10 +72,12 @@ class LazyOperations(pyfuse3.Operations):
         self.fs = fs
         self._next_fh = 1
         self._files: dict[int, File] = {}
+        self._sync_writes: set[int] = set()  # handles opened O_DSYNC or O_SYNC: each write is durable when done
         self._dirs: dict[int, tuple[Dir, list[tuple[bytes, Node]]]] = {}
 
     def power_loss(self, **kwargs: Any) -> dict[str, Any]:
         self._files.clear()  # descriptors from before the power loss now fail (EIO)
+        self._sync_writes.clear()
         self._dirs.clear()
         return self.fs.power_loss(**kwargs)
 
@@ -182,9 +184,13 @@ class LazyOperations(pyfuse3.Operations):
                       ctx: Any) -> pyfuse3.EntryAttributes:
         raise pyfuse3.FUSEError(errno.EPERM)
 
-    def _open(self, node: File) -> pyfuse3.FileInfo:
+    def _open(self, node: File, flags: int) -> pyfuse3.FileInfo:
         fh = self._fh()
         self._files[fh] = node
+        if flags & (os.O_DSYNC | os.O_SYNC):
+            # POSIX: a write through it returns when the data is durable. The kernel leaves that to the file
+            # system here: with direct_io (FOPEN_DIRECT_IO) it sends no FSYNC after such a write
+            self._sync_writes.add(fh)
         self.fs.opened(node)
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
 
@@ -193,13 +199,13 @@ class LazyOperations(pyfuse3.Operations):
         node = self.fs.file(inode)
         if flags & os.O_TRUNC and node.overlay.size:  # libfuse asks for atomic O_TRUNC
             self.fs.truncate(node, 0)
-        return self._open(node)
+        return self._open(node, flags)
 
     @_fuse_errors
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         node = self.fs.create(self.fs.dir(parent_inode), name, mode, ctx.uid, ctx.gid)
-        return self._open(node), self._entry(node)
+        return self._open(node, flags), self._entry(node)
 
     @_fuse_errors
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -207,7 +213,11 @@ class LazyOperations(pyfuse3.Operations):
 
     @_fuse_errors
     async def write(self, fh: int, off: int, buf: bytes) -> int:
-        return self.fs.write(self._file(fh), off, bytes(buf))
+        node = self._file(fh)
+        written = self.fs.write(node, off, bytes(buf))
+        if fh in self._sync_writes:
+            self.fs.fsync(node, datasync=True)
+        return written
 
     async def flush(self, fh: int) -> None:
         pass  # close(2) persists nothing
@@ -215,6 +225,7 @@ class LazyOperations(pyfuse3.Operations):
     @_fuse_errors
     async def release(self, fh: int) -> None:
         node = self._files.pop(fh, None)
+        self._sync_writes.discard(fh)
         if node is not None:
             self.fs.released(node)
 

@@ -171,6 +171,20 @@ def test_fdatasync_and_fsync_both_keep_data(lazy: LazyFS) -> None:
     assert stats["fdatasyncs"] == 1 and stats["fsyncs"] == 3 and stats["power_losses"] == 1
 
 
+def test_a_write_through_an_o_dsync_descriptor_is_durable_when_it_returns(lazy: LazyFS) -> None:
+    f, g = lazy.mountpoint / "f", lazy.mountpoint / "g"
+    put(f, b"0123456789")
+    put(g, b"0123456789")
+    for path, flags in ((f, os.O_DSYNC), (g, 0)):
+        fd = os.open(path, os.O_WRONLY | flags)
+        os.pwrite(fd, b"XY", 4)
+        os.close(fd)
+    lazy.power_loss("drop")
+    assert f.read_bytes() == b"0123XY6789"  # the store's direct commits rely on this
+    assert g.read_bytes() == b"0123456789"
+    assert lazy.stats()["fdatasyncs"] == 1
+
+
 def test_close_persists_nothing(lazy: LazyFS) -> None:
     f = lazy.mountpoint / "f"
     put(f, b"")

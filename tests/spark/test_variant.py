@@ -295,7 +295,7 @@ def test_python_path_alone_gives_the_same_rows(monkeypatch: pytest.MonkeyPatch) 
 
     bodies = [body for items in build_sample(logjam_requests=45).bodies.values() for body in items]
     with_c = [rb.to_pylist() for body in bodies for rb in frames_to_batches("s", [(0, 0, body)])]
-    monkeypatch.setattr(columns, "encode_entries", None)
+    monkeypatch.setattr(columns, "VariantColumn", None)
     without = [rb.to_pylist() for body in bodies for rb in frames_to_batches("s", [(0, 0, body)])]
     assert with_c == without
 
@@ -339,3 +339,95 @@ def test_many_frames_in_one_batch_keep_each_rows_tag_source_option_and_time(kind
                                                                        obj["option"].get("source"), str) else None)
             option = variant_value(row["option"]) if layout is None else orjson.loads(row["option"])
             assert option == obj["option"]
+
+
+# --- the C column: records of many frames on one set of buffers, key sets shared between records ------
+
+VariantColumn = pytest.importorskip("logport.spark._variant_encode").VariantColumn
+
+
+def split_column(taken: tuple[int, bytes, bytes, bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    n, values, value_offsets, metadata, metadata_offsets = taken
+    vo, mo = memoryview(value_offsets).cast("i"), memoryview(metadata_offsets).cast("i")
+    assert len(vo) == len(mo) == n + 1 and vo[0] == mo[0] == 0
+    assert vo[n] == len(values) and mo[n] == len(metadata)
+    return [(values[vo[i]:vo[i + 1]], metadata[mo[i]:mo[i + 1]]) for i in range(n)]
+
+
+@st.composite
+def frames_with_shared_keys(draw: st.DrawFn) -> list[bytes]:
+    """Frames of entries whose records mostly share a few key sets (as a log's records do), the keys in the
+    same order or another, nested maps with the same keys or new ones; now and then an entry the C pass
+    leaves to Python (a duplicate key, invalid UTF-8) in the middle of a frame."""
+    key_sets = draw(st.lists(st.lists(c_keys, max_size=6, unique=True), min_size=1, max_size=3))
+    frames = []
+    for _ in range(draw(st.integers(1, 5))):
+        entries = []
+        for _ in range(draw(st.integers(0, 6))):
+            seconds, nanos = draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, 999_999_999))
+            if draw(st.integers(0, 9)) == 0:
+                odd = draw(st.sampled_from([b"\x82\xa1a\x01\xa1a\x02", b"\x81\xa1k\xa2\xff\xfe"]))
+                entries.append(pack_entry(seconds, nanos, None)[:-1] + odd)
+                continue
+            keys = list(draw(st.sampled_from(key_sets)))
+            if draw(st.booleans()):
+                keys = draw(st.permutations(keys))
+            nested = st.dictionaries(st.sampled_from(keys) | c_keys, c_scalars, max_size=3) if keys else c_scalars
+            record = {key: draw(c_values | nested) for key in keys}
+            entries.append(pack_entry(seconds, nanos, None)[:-1] + msgpack.packb(record, use_bin_type=True))
+        frames.append(b"".join(entries))
+    return frames
+
+
+@given(frames_with_shared_keys(), st.lists(st.booleans(), min_size=5, max_size=5))
+def test_c_column_equals_the_python_encoder_across_frames(frames: list[bytes], takes: list[bool]) -> None:
+    """VariantColumn.add per frame and take() at any frame boundary give, row for row, the Python encoder's
+    bytes; a frame it declines (exactly those encode_entries alone declines) adds no row."""
+    column = VariantColumn()
+    expected: list[tuple[bytes, bytes]] = []
+    got: list[tuple[bytes, bytes]] = []
+    for entries, take in zip(frames, takes, strict=False):
+        times = column.add(entries)
+        assert (times is None) == (c_encode(entries) is None)
+        if times is not None:
+            rows = python_rows(entries)
+            assert list(memoryview(times).cast("q")) == [t for t, _, _ in rows]
+            expected += [(value, metadata) for _, value, metadata in rows]
+        if take:
+            got += split_column(column.take())
+            assert column.rows == 0
+    assert column.rows == len(expected) - len(got)
+    got += split_column(column.take())
+    assert got == expected
+
+
+def test_c_column_refuses_what_is_not_bytes_and_keeps_its_rows() -> None:
+    column = VariantColumn()
+    entries = pack_entry(BASE_S, 0, {"a": 1, "b": {"a": 2, "c": 3}}) * 2
+    assert column.add(entries) is not None and column.rows == 2
+    with pytest.raises(TypeError):
+        column.add("not bytes")  # type: ignore[arg-type]
+    assert column.add(entries[:-1]) is None and column.rows == 2  # cut short: declined, nothing added
+    assert split_column(column.take()) == [(v, m) for _, v, m in python_rows(entries)]
+    assert split_column(column.take()) == []
+
+
+@given(st.dictionaries(c_keys, c_values, max_size=6) | st.dictionaries(st.integers(-(2**63), 2**64 - 1), c_scalars,
+                                                                     max_size=3))
+def test_an_option_through_the_c_pass_is_the_python_encoders(option: dict[Any, Any]) -> None:
+    """A frame's option as decode_batch hands it over (packed and read back as stored), through the C pass
+    or, when it declines (a non-string key), the Python encoder: the same bytes either way."""
+    from logport.batch import decode_batch
+    from logport.spark.columns import encode_option
+    from logport.spark.variant import VariantEncoder
+
+    stored = decode_batch(encode_batch("t", b"", option)).option
+    assert encode_option(stored, VariantEncoder()) == encode_variant(stored)
+
+
+def test_an_option_the_c_pass_cannot_take_goes_the_python_way() -> None:
+    from logport.spark.columns import encode_option
+    from logport.spark.variant import VariantEncoder
+
+    for option in [{"t": (1, 2), "x": msgpack.ExtType(5, b"ab")}, {1: "int key"}, {"k": "\udcff"}]:
+        assert encode_option(option, VariantEncoder()) == encode_variant(option)

@@ -34,12 +34,17 @@ async def test_a_chunk_written_ahead_is_zeros_of_chunk_size_and_the_next_roll_ta
     try:
         await store.create("s")
         files = store.segment("s").files
+        bodies = [os.urandom(300) for _ in range(20)]
+        await store.append("s", [bodies[0]])
+        await asyncio.sleep(0.1)
+        assert not files.spares()  # nothing written ahead for a chunk less than a quarter full
+        for body in bodies[1:4]:
+            await store.append("s", [body])
         await wait_for_spares(files, 1)
         (spare,) = files.spares()
         assert spare.stat().st_size == CHUNK and spare.read_bytes() == bytes(CHUNK)
         inode = spare.stat().st_ino
-        bodies = [os.urandom(300) for _ in range(20)]
-        for body in bodies:
+        for body in bodies[4:]:
             await store.append("s", [body])
         seg_dir = tmp_path / SEGMENTS_DIR / "s"
         bases = list_chunk_bases(seg_dir)

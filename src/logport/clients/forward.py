@@ -447,8 +447,9 @@ class ForwardSender:
             # a connection as the data takes it (Fluentd's too): to a TLS port only a TLS handshake that
             # verifies counts, and no data is written
             try:
-                _, w = await asyncio.wait_for(asyncio.open_connection(
-                    server.host, server.port, ssl=cfg.tls, server_hostname=self.server_hostname(server)), timeout)
+                async with asyncio.timeout(timeout):
+                    _, w = await asyncio.open_connection(
+                        server.host, server.port, ssl=cfg.tls, server_hostname=self.server_hostname(server))
             except (TimeoutError, OSError):
                 return
             w.close()

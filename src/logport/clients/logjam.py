@@ -80,7 +80,8 @@ class LogjamProducer:
     async def _request(self, frames: list[bytes], timeout: float) -> list[bytes]:
         await self.sock.send_multipart([b"", *frames])
         try:
-            return await asyncio.wait_for(self.sock.recv_multipart(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self.sock.recv_multipart()
         except TimeoutError:
             # a DEALER would pair a late reply with the next request: start over with a fresh socket
             self.sock.close(linger=0)

@@ -262,10 +262,10 @@ class LumberjackClient:
             if self.retry_for is not None:
                 connect_timeout = min(connect_timeout, max(self.retry_for, 0.1))
             try:
-                _, wire = await asyncio.wait_for(loop.create_connection(
-                    lambda: _Wire(self), self.host, self.port, ssl=self.ssl_context,
-                    server_hostname=self.server_hostname if self.ssl_context else None,
-                ), timeout=connect_timeout)
+                async with asyncio.timeout(connect_timeout):
+                    _, wire = await loop.create_connection(
+                        lambda: _Wire(self), self.host, self.port, ssl=self.ssl_context,
+                        server_hostname=self.server_hostname if self.ssl_context else None)
             except (TimeoutError, OSError, ssl.SSLError) as e:
                 reason = failure_reason(e) if str(e) else f"no connection within {connect_timeout:g} s"
                 failing_since = failing_since or time.monotonic()
@@ -329,7 +329,8 @@ class LumberjackClient:
         step = min(1.0, self.ack_timeout / 4)
         while True:
             try:
-                await asyncio.wait_for(asyncio.shield(wire.lost), step)
+                async with asyncio.timeout(step):
+                    await asyncio.shield(wire.lost)
                 return False
             except TimeoutError:
                 pass

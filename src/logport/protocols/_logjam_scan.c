@@ -1,12 +1,19 @@
-/* A logjam body in one C pass: its JSON (decompressed) to the msgpack record the listener stores, as
- * orjson.loads + msgpack's Packer make it in servers/logjam_ingest.py (the reference), byte for byte, with
- * `started_at` and `started_ms` picked out for the event time, without the GIL.
+/* logjam messages in one C pass: a whole batch taken from a socket (their frames) to the batch bodies the
+ * listener stores, as servers/logjam_ingest.py's Python path (the reference) makes them, byte for byte: the
+ * frames checked (count, meta, app-env and topic), the body decompressed (zlib, snappy, lz4), its JSON
+ * transcoded to the msgpack record as orjson.loads + msgpack's Packer make it, the event time taken from
+ * `started_at` / `started_ms` / the meta as event_time_of does, and the stored body built.
  *
- * pack_body answers None whenever the Python path must decide: anything the transcoder (_jsonpack.h) does
- * not take, which includes every body orjson refuses, duplicate keys and nesting past orjson's 1024 levels.
+ * Whatever the C pass does not take it leaves to the Python path (None in its answer): pings, every
+ * message the protocol refuses, every body a decompressor or the transcoder (_jsonpack.h) declines, and
+ * every `started_at` not in the plain form parsed here. So errors and their words are the Python path's.
+ * pack_body (one body) is the older, narrower entry point the consumer side still uses.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <time.h>
+#include <zlib.h>
 
 #include "_jsonpack.h"
 
@@ -41,8 +48,8 @@ static PyObject *number_at(const unsigned char *p, size_t n) {
     }
 }
 
-/* The str at p (a msgpack str written by _jsonpack.h: valid UTF-8), or None for anything else. */
-static PyObject *str_at(const unsigned char *p, size_t n) {
+/* The str bytes of the msgpack value at [p, p + n), or -1 if it is no str. */
+static int lj_str_span(const unsigned char *p, size_t n, const unsigned char **s, size_t *len) {
     size_t head;
     if (n >= 1 && (p[0] & 0xe0) == 0xa0)
         head = 1;
@@ -53,8 +60,19 @@ static PyObject *str_at(const unsigned char *p, size_t n) {
     else if (n >= 1 && p[0] == 0xdb)
         head = 5;
     else
+        return -1;
+    *s = p + head;
+    *len = n - head;
+    return 0;
+}
+
+/* The str at p (a msgpack str written by _jsonpack.h: valid UTF-8), or None for anything else. */
+static PyObject *str_at(const unsigned char *p, size_t n) {
+    const unsigned char *s;
+    size_t len;
+    if (lj_str_span(p, n, &s, &len))
         return Py_NewRef(Py_None);
-    return PyUnicode_DecodeUTF8((const char *)p + head, (Py_ssize_t)(n - head), "strict");
+    return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)len, "strict");
 }
 
 static PyObject *pack_body(PyObject *module, PyObject *arg) {
@@ -98,11 +116,609 @@ done:
     return result;
 }
 
+/* --- a batch of messages --- */
+
+#define LJ_NONE 0
+#define LJ_ZLIB 1
+#define LJ_SNAPPY 2
+#define LJ_LZ4 3
+#define LJ_MAX_FRAMES 6 /* routing id, empty frame, app-env, topic, body, meta */
+
+/* One message: its frames (borrowed from the batch), then what the pass made of it. */
+typedef struct {
+    const unsigned char *frame[LJ_MAX_FRAMES];
+    size_t size[LJ_MAX_FRAMES];
+    int nframes;
+    const char *peer;
+    Py_ssize_t peer_len;
+    int data; /* index of the app-env frame */
+    int taken;
+    int compression;
+    uint64_t created_ms; /* the meta's (0: none) */
+    size_t out_start, out_len;
+} lj_message;
+
+static int lj_alpha(unsigned char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+/* config.LOGJAM_APP_ENV: [A-Za-z][A-Za-z_-]*-[A-Za-z][A-Za-z_]*, the environment after the last '-' */
+static int lj_valid_app_env(const unsigned char *p, size_t n) {
+    if (n < 3 || !lj_alpha(p[0]))
+        return 0;
+    size_t dash = 0;
+    for (size_t i = 1; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == '-')
+            dash = i;
+        else if (!lj_alpha(c) && c != '_')
+            return 0;
+    }
+    return dash > 0 && dash + 1 < n && lj_alpha(p[dash + 1]);
+}
+
+/* config.LOGJAM_TOPIC: (logs|javascript|events)(\.[A-Za-z][A-Za-z_-]*)* | frontend.page | frontend.ajax | mobile */
+static int lj_valid_topic(const unsigned char *p, size_t n) {
+    static const char *const exact[] = {"frontend.page", "frontend.ajax", "mobile"};
+    for (int i = 0; i < 3; i++)
+        if (n == strlen(exact[i]) && memcmp(p, exact[i], n) == 0)
+            return 1;
+    static const char *const heads[] = {"logs", "javascript", "events"};
+    size_t i = 0;
+    for (int h = 0; h < 3 && i == 0; h++) {
+        size_t k = strlen(heads[h]);
+        if (n >= k && memcmp(p, heads[h], k) == 0)
+            i = k;
+    }
+    if (i == 0)
+        return 0;
+    while (i < n) {
+        if (p[i] != '.' || i + 1 >= n || !lj_alpha(p[i + 1]))
+            return 0;
+        i += 2;
+        while (i < n && (lj_alpha(p[i]) || p[i] == '_' || p[i] == '-'))
+            i++;
+    }
+    return 1;
+}
+
+static inline uint64_t lj_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* zlib or gzip (wbits 47, as protocols/logjam.py's _inflate): the whole stream within `limit` bytes. The
+ * stream `z` is made once per batch (*ready) and reset per body: its window is not allocated per message. */
+static int lj_inflate(z_stream *z, int *ready, const unsigned char *src, size_t n, size_t limit, jp_buf *out) {
+    if (n > UINT_MAX)
+        return -1;
+    if (*ready ? inflateReset(z) != Z_OK : inflateInit2(z, 47) != Z_OK)
+        return -1;
+    *ready = 1;
+    out->len = 0;
+    size_t want = n * 4 < 4096 ? 4096 : n * 4;
+    z->next_in = (Bytef *)src;
+    z->avail_in = (uInt)n;
+    int rc = Z_OK;
+    for (;;) {
+        if (want > limit + 1)
+            want = limit + 1;
+        if (want <= out->len || jp_reserve(out, want - out->len) || want - out->len > UINT_MAX) {
+            rc = Z_MEM_ERROR;
+            break;
+        }
+        z->next_out = out->data + out->len;
+        z->avail_out = (uInt)(want - out->len);
+        rc = inflate(z, Z_NO_FLUSH);
+        out->len = want - z->avail_out;
+        if (rc != Z_OK || out->len > limit || (z->avail_in == 0 && z->avail_out != 0))
+            break;
+        want *= 2;
+    }
+    return rc == Z_STREAM_END && out->len <= limit ? 0 : -1;
+}
+
+/* A raw snappy block; anything the reference decoder might answer differently is declined. */
+static int lj_unsnappy(const unsigned char *ip, size_t n, size_t limit, jp_buf *out) {
+    const unsigned char *iend = ip + n;
+    uint64_t size = 0;
+    for (int shift = 0;; shift += 7) {
+        if (ip >= iend || shift > 28)
+            return -1;
+        unsigned char b = *ip++;
+        size |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            break;
+    }
+    if (size > 0xffffffffu || size > limit)
+        return -1;
+    out->len = 0;
+    if (jp_reserve(out, size ? size : 1))
+        return -1;
+    unsigned char *dst = out->data, *op = dst, *oend = dst + size;
+    while (ip < iend) {
+        unsigned char tag = *ip++;
+        size_t len, off;
+        if ((tag & 3) == 0) {
+            len = tag >> 2;
+            if (len >= 60) {
+                int k = (int)len - 59;
+                if (iend - ip < k)
+                    return -1;
+                len = 0;
+                for (int i = k - 1; i >= 0; i--)
+                    len = (len << 8) | ip[i];
+                ip += k;
+            }
+            len += 1;
+            if (len > (size_t)(iend - ip) || len > (size_t)(oend - op))
+                return -1;
+            memcpy(op, ip, len);
+            op += len;
+            ip += len;
+            continue;
+        }
+        if ((tag & 3) == 1) {
+            if (ip >= iend)
+                return -1;
+            len = 4 + ((tag >> 2) & 7);
+            off = ((size_t)(tag >> 5) << 8) | *ip++;
+        } else if ((tag & 3) == 2) {
+            if (iend - ip < 2)
+                return -1;
+            len = 1 + (tag >> 2);
+            off = ip[0] | ((size_t)ip[1] << 8);
+            ip += 2;
+        } else {
+            if (iend - ip < 4)
+                return -1;
+            len = 1 + (tag >> 2);
+            off = ip[0] | ((size_t)ip[1] << 8) | ((size_t)ip[2] << 16) | ((size_t)ip[3] << 24);
+            ip += 4;
+        }
+        if (off == 0 || off > (size_t)(op - dst) || len > (size_t)(oend - op))
+            return -1;
+        for (size_t i = 0; i < len; i++)
+            op[i] = op[i - off];
+        op += len;
+    }
+    if (op != oend)
+        return -1;
+    out->len = size;
+    return 0;
+}
+
+/* An lz4 body: a 4-byte big-endian size, then a raw lz4 block that must fill exactly that many bytes,
+ * kept to the block format's end rules (the last 5 bytes literals, no match starting in the last 12). */
+static int lj_unlz4(const unsigned char *ip, size_t n, size_t limit, jp_buf *out) {
+    if (n < 4)
+        return -1;
+    size_t size = (size_t)lj_be(ip, 4);
+    if (size > limit || size == 0)
+        return -1;
+    const unsigned char *iend = ip + n;
+    ip += 4;
+    out->len = 0;
+    if (jp_reserve(out, size))
+        return -1;
+    unsigned char *dst = out->data, *op = dst, *oend = dst + size;
+    for (;;) {
+        if (ip >= iend)
+            return -1;
+        unsigned token = *ip++;
+        size_t lit = token >> 4;
+        if (lit == 15) {
+            unsigned char b;
+            do {
+                if (ip >= iend)
+                    return -1;
+                b = *ip++;
+                lit += b;
+            } while (b == 255);
+        }
+        if (lit > (size_t)(iend - ip) || lit > (size_t)(oend - op))
+            return -1;
+        memcpy(op, ip, lit);
+        op += lit;
+        ip += lit;
+        if (ip == iend)
+            break;
+        if (iend - ip < 2)
+            return -1;
+        size_t off = ip[0] | ((size_t)ip[1] << 8);
+        ip += 2;
+        size_t len = token & 15;
+        if (len == 15) {
+            unsigned char b;
+            do {
+                if (ip >= iend)
+                    return -1;
+                b = *ip++;
+                len += b;
+            } while (b == 255);
+        }
+        len += 4;
+        if (off == 0 || off > (size_t)(op - dst) || (size_t)(oend - op) < 12 || len > (size_t)(oend - op) - 5)
+            return -1;
+        for (size_t i = 0; i < len; i++)
+            op[i] = op[i - off];
+        op += len;
+    }
+    if (op != oend)
+        return -1;
+    out->len = size;
+    return 0;
+}
+
+static int64_t lj_days_from_civil(int64_t y, unsigned m, unsigned d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+static int lj_digits(const unsigned char *p, int n, unsigned *v) {
+    *v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        *v = *v * 10 + (p[i] - '0');
+    }
+    return 0;
+}
+
+/* Microseconds since 1970 of `YYYY-MM-DDTHH:MM:SS[.f{1,6}][Z|+HH:MM|-HH:MM]` (bare: UTC), the plain form of
+ * what datetime.fromisoformat reads; -1 for anything else (the Python path decides) and before 1970. */
+static int lj_iso_micros(const unsigned char *p, size_t n, int64_t *micros) {
+    unsigned y, mo, d, h, mi, s, frac = 0;
+    if (n < 19 || p[4] != '-' || p[7] != '-' || p[10] != 'T' || p[13] != ':' || p[16] != ':')
+        return -1;
+    if (lj_digits(p, 4, &y) || lj_digits(p + 5, 2, &mo) || lj_digits(p + 8, 2, &d) || lj_digits(p + 11, 2, &h)
+        || lj_digits(p + 14, 2, &mi) || lj_digits(p + 17, 2, &s))
+        return -1;
+    size_t i = 19;
+    if (i < n && (p[i] == '.' || p[i] == ',')) {
+        size_t k = 0;
+        i++;
+        while (i + k < n && p[i + k] >= '0' && p[i + k] <= '9')
+            k++;
+        if (k < 1 || k > 6)
+            return -1;
+        lj_digits(p + i, (int)k, &frac);
+        for (size_t z = k; z < 6; z++)
+            frac *= 10;
+        i += k;
+    }
+    int64_t offset = 0;
+    if (i < n && p[i] == 'Z') {
+        i++;
+    } else if (i < n && (p[i] == '+' || p[i] == '-')) {
+        unsigned oh, om;
+        if (n - i != 6 || p[i + 3] != ':' || lj_digits(p + i + 1, 2, &oh) || lj_digits(p + i + 4, 2, &om)
+            || oh > 23 || om > 59)
+            return -1;
+        offset = (int64_t)(oh * 3600 + om * 60) * (p[i] == '-' ? -1 : 1);
+        i += 6;
+    }
+    static const unsigned char mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (i != n || y < 1 || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || s > 59)
+        return -1;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > (unsigned)(mdays[mo - 1] + (mo == 2 && leap)))
+        return -1;
+    int64_t seconds = lj_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s - offset;
+    *micros = seconds * 1000000 + frac;
+    return *micros < 0 ? -1 : 0;
+}
+
+/* started_ms as event_time_of takes it: an int or float (not a bool) in [0, 2**52), in whole ms. */
+static int lj_started_ms(const unsigned char *p, size_t n, uint64_t *ms) {
+    if (n == 0)
+        return -1;
+    unsigned char b = p[0];
+    if (b <= 0x7f) {
+        *ms = b;
+        return 0;
+    }
+    if (b >= 0xcc && b <= 0xcf) {
+        *ms = lj_be(p + 1, (int)n - 1);
+        return *ms < (1ull << 52) ? 0 : -1;
+    }
+    if (b == 0xcb) {
+        uint64_t bits = lj_be(p + 1, 8);
+        double v;
+        memcpy(&v, &bits, 8);
+        if (!(v >= 0.0 && v < 4503599627370496.0))
+            return -1;
+        *ms = (uint64_t)v;
+        return 0;
+    }
+    return -1; /* negative integers, bools, nil, str, containers */
+}
+
+static int lj_put_str(jp_buf *b, const char *s) {
+    return jp_str(b, s, strlen(s));
+}
+
+/* The rest of the scratch a pass needs, made once per call. */
+typedef struct {
+    jp_parser ps;
+    jp_buf json, record, finished;
+    z_stream z;
+    int z_ready;
+} lj_scratch;
+
+/* One message: checked, decompressed, transcoded and stored into `out`; -1: the Python path decides. */
+static int lj_take(lj_message *m, int router, size_t limit, const char *received_on, size_t received_on_len,
+                   uint64_t now_ms, lj_scratch *sc, jp_buf *out) {
+    int first = router ? 1 : 0;
+    int sync = router && m->nframes > 1 && m->size[1] == 0;
+    if (sync)
+        first = 2;
+    int n = m->nframes - first;
+    if (n > 0 && m->size[first] == 4 && memcmp(m->frame[first], "ping", 4) == 0)
+        return -1;
+    uint64_t device = 0, sequence = 0, created_ms = 0;
+    int compression = LJ_NONE;
+    if (n == 4) {
+        const unsigned char *meta = m->frame[first + 3];
+        if (m->size[first + 3] != 24)
+            return -1;
+        unsigned tag = (unsigned)lj_be(meta, 2);
+        if ((tag != 0xCABD && tag != 0xBDCA) || meta[2] > LJ_LZ4 || meta[3] != 1)
+            return -1;
+        compression = meta[2];
+        device = lj_be(meta + 4, 4);
+        created_ms = lj_be(meta + 8, 8);
+        sequence = lj_be(meta + 16, 8);
+    } else if (!(n == 3 && !sync)) {
+        return -1;
+    }
+    const unsigned char *app_env = m->frame[first], *topic = m->frame[first + 1], *body = m->frame[first + 2];
+    size_t app_env_len = m->size[first], topic_len = m->size[first + 1], body_len = m->size[first + 2];
+    if (!lj_valid_app_env(app_env, app_env_len) || !lj_valid_topic(topic, topic_len))
+        return -1;
+    const unsigned char *json = body;
+    size_t json_len = body_len;
+    if (compression == LJ_NONE) {
+        if (body_len > limit)
+            return -1;
+    } else {
+        int rc = compression == LJ_ZLIB ? lj_inflate(&sc->z, &sc->z_ready, body, body_len, limit, &sc->json)
+                 : compression == LJ_SNAPPY ? lj_unsnappy(body, body_len, limit, &sc->json)
+                                            : lj_unlz4(body, body_len, limit, &sc->json);
+        if (rc)
+            return -1;
+        json = sc->json.data;
+        json_len = sc->json.len;
+    }
+    jp_top top = {0};
+    top.noted[0] = "started_at";
+    top.noted[1] = "started_ms";
+    sc->record.len = sc->record.nfix = 0;
+    sc->finished.len = 0;
+    if (jp_top_object(&sc->ps, json, json + json_len, &sc->record, &top))
+        return -1;
+    uint64_t stored_created = created_ms ? created_ms : now_ms;
+    uint64_t seconds, nanos;
+    int timed = 0;
+    const unsigned char *s;
+    size_t slen;
+    if (top.noted_found[0] && lj_str_span(sc->record.data + top.noted_start[0],
+                                          top.noted_end[0] - top.noted_start[0], &s, &slen) == 0) {
+        int64_t micros;
+        if (lj_iso_micros(s, slen, &micros))
+            return -1; /* a form not parsed here, or before 1970: the Python path decides */
+        seconds = (uint64_t)micros / 1000000;
+        nanos = (uint64_t)micros % 1000000 * 1000;
+        timed = 1;
+    }
+    uint64_t ms;
+    if (!timed && top.noted_found[1]
+        && lj_started_ms(sc->record.data + top.noted_start[1], top.noted_end[1] - top.noted_start[1], &ms) == 0) {
+        seconds = ms / 1000;
+        nanos = ms % 1000 * 1000000;
+        timed = 1;
+    }
+    if (!timed) {
+        seconds = stored_created / 1000;
+        nanos = stored_created % 1000 * 1000000;
+    }
+    if (jp_finish(&sc->record, &sc->finished))
+        return -1;
+    /* [tag, entries, option] as MessageDecoder.stored_body writes it */
+    size_t tag_len = 7 + app_env_len + 1 + topic_len;
+    size_t entry_len = 11 + sc->finished.len;
+    if (entry_len > 0xffffffffu || jp_reserve(out, 64 + tag_len + entry_len + 2 * (app_env_len + topic_len)
+                                                       + (size_t)m->peer_len + received_on_len + 160))
+        return -1;
+    m->out_start = out->len;
+    unsigned char *p;
+    jp_byte(out, 0x93);
+    p = out->data + out->len;
+    jp_write_str_header(p, tag_len);
+    out->len += jp_str_header_size(tag_len);
+    jp_put(out, "logjam.", 7);
+    jp_put(out, app_env, app_env_len);
+    jp_byte(out, '.');
+    jp_put(out, topic, topic_len);
+    p = out->data + out->len;
+    if (entry_len < 0x100) {
+        p[0] = 0xc4;
+        jp_be(p + 1, entry_len, 1);
+        out->len += 2;
+    } else if (entry_len < 0x10000) {
+        p[0] = 0xc5;
+        jp_be(p + 1, entry_len, 2);
+        out->len += 3;
+    } else {
+        p[0] = 0xc6;
+        jp_be(p + 1, entry_len, 4);
+        out->len += 5;
+    }
+    p = out->data + out->len;
+    p[0] = 0x92;
+    p[1] = 0xd7;
+    p[2] = 0;
+    jp_be(p + 3, seconds & 0xffffffffu, 4);
+    jp_be(p + 7, nanos, 4);
+    out->len += 11;
+    jp_put(out, sc->finished.data, sc->finished.len);
+    jp_byte(out, 0x89);
+    lj_put_str(out, "size");
+    jp_uint(out, 1);
+    lj_put_str(out, "source");
+    lj_put_str(out, "logjam");
+    lj_put_str(out, "peer");
+    jp_str(out, m->peer, (size_t)m->peer_len);
+    lj_put_str(out, "app_env");
+    jp_str(out, app_env, app_env_len);
+    lj_put_str(out, "topic");
+    jp_str(out, topic, topic_len);
+    lj_put_str(out, "device");
+    jp_uint(out, device);
+    lj_put_str(out, "sequence");
+    jp_uint(out, sequence);
+    lj_put_str(out, "created_ms");
+    jp_uint(out, stored_created);
+    lj_put_str(out, "received_on");
+    if (jp_str(out, received_on, received_on_len))
+        return -1;
+    m->out_len = out->len - m->out_start;
+    m->data = first;
+    m->compression = compression;
+    m->created_ms = created_ms;
+    return 0;
+}
+
+/* The tag str "logjam.<app-env>.<topic>", the previous message's object when the names repeat. */
+static PyObject *lj_tag(lj_message *m, const jp_buf *out, PyObject **last, lj_message **last_m) {
+    const unsigned char *a = m->frame[m->data], *t = m->frame[m->data + 1];
+    size_t an = m->size[m->data], tn = m->size[m->data + 1];
+    lj_message *p = *last_m;
+    if (*last != NULL && p->size[p->data] == an && p->size[p->data + 1] == tn
+        && memcmp(p->frame[p->data], a, an) == 0 && memcmp(p->frame[p->data + 1], t, tn) == 0)
+        return Py_NewRef(*last);
+    size_t len = 7 + an + 1 + tn; /* the tag as written in the stored body, after its 0x93 and str header */
+    PyObject *tag = PyUnicode_DecodeASCII((const char *)out->data + m->out_start + 1 + jp_str_header_size(len),
+                                          (Py_ssize_t)len, "strict");
+    if (tag == NULL)
+        return NULL;
+    Py_XSETREF(*last, Py_NewRef(tag));
+    *last_m = m;
+    return tag;
+}
+
+static PyObject *accept_batch(PyObject *module, PyObject *args) {
+    PyObject *batch;
+    int router;
+    Py_ssize_t limit_arg;
+    const char *received_on;
+    Py_ssize_t received_on_len;
+    unsigned long long now_ms;
+    if (!PyArg_ParseTuple(args, "O!pns#K", &PyList_Type, &batch, &router, &limit_arg, &received_on,
+                          &received_on_len, &now_ms))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(batch);
+    lj_message *messages = calloc(count ? (size_t)count : 1, sizeof(*messages));
+    if (messages == NULL)
+        return PyErr_NoMemory();
+    Py_INCREF(batch); /* its frames stay alive while the GIL is let go */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        lj_message *m = &messages[i];
+        m->nframes = -1; /* not taken unless its shape is (list of bytes, str) */
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+            continue;
+        PyObject *frames = PyTuple_GET_ITEM(item, 0), *peer = PyTuple_GET_ITEM(item, 1);
+        if (!PyList_Check(frames) || PyList_GET_SIZE(frames) > LJ_MAX_FRAMES || !PyUnicode_Check(peer))
+            continue;
+        m->peer = PyUnicode_AsUTF8AndSize(peer, &m->peer_len);
+        if (m->peer == NULL) {
+            PyErr_Clear(); /* a str UTF-8 cannot hold: the Python path decides */
+            continue;
+        }
+        int shaped = 1;
+        for (Py_ssize_t f = 0; f < PyList_GET_SIZE(frames); f++) {
+            PyObject *frame = PyList_GET_ITEM(frames, f);
+            if (!PyBytes_CheckExact(frame)) {
+                shaped = 0;
+                break;
+            }
+            m->frame[f] = (const unsigned char *)PyBytes_AS_STRING(frame);
+            m->size[f] = (size_t)PyBytes_GET_SIZE(frame);
+        }
+        if (shaped)
+            m->nframes = (int)PyList_GET_SIZE(frames);
+    }
+    size_t limit = limit_arg < 0 ? 0 : (size_t)limit_arg;
+    jp_buf out = {0};
+    lj_scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (jp_parser_init(&sc.ps, MAX_BODY_DEPTH) == 0) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            lj_message *m = &messages[i];
+            size_t mark = out.len;
+            if (m->nframes >= 0)
+                m->taken = lj_take(m, router, limit, received_on, (size_t)received_on_len, now_ms, &sc, &out) == 0;
+            if (!m->taken)
+                out.len = mark;
+        }
+    } else {
+        failed = 1;
+    }
+    jp_parser_free(&sc.ps);
+    if (sc.z_ready)
+        inflateEnd(&sc.z);
+    Py_END_ALLOW_THREADS
+    jp_buf_free(&sc.json);
+    jp_buf_free(&sc.record);
+    jp_buf_free(&sc.finished);
+    PyObject *result = failed ? NULL : PyList_New(count);
+    PyObject *last_tag = NULL;
+    lj_message *last_m = NULL;
+    for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
+        lj_message *m = &messages[i];
+        if (!m->taken) {
+            PyList_SET_ITEM(result, i, Py_NewRef(Py_None));
+            continue;
+        }
+        PyObject *frames = PyTuple_GET_ITEM(PyList_GET_ITEM(batch, i), 0);
+        PyObject *tag = lj_tag(m, &out, &last_tag, &last_m);
+        PyObject *taken = tag == NULL ? NULL : Py_BuildValue(
+            "(y#NOOOiK)", (const char *)out.data + m->out_start, (Py_ssize_t)m->out_len, tag,
+            PyList_GET_ITEM(frames, m->data), PyList_GET_ITEM(frames, m->data + 1),
+            PyList_GET_ITEM(frames, m->data + 2), m->compression, (unsigned long long)m->created_ms);
+        if (taken == NULL)
+            Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, i, taken);
+    }
+    if (failed)
+        PyErr_NoMemory();
+    Py_XDECREF(last_tag);
+    jp_buf_free(&out);
+    free(messages);
+    Py_DECREF(batch);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"pack_body", pack_body, METH_O,
      "pack_body(json) -> (record, started_at, started_ms) | None: a logjam body's JSON object as the msgpack "
      "map the listener stores, with its started_at (a str, else None) and started_ms (a number, else None); "
      "None when the Python path must decide."},
+    {"accept_batch", accept_batch, METH_VARARGS,
+     "accept_batch(batch, router, limit, received_on, now_ms) -> list: for each (frames, peer) of a batch taken "
+     "from a ROUTER (router true: the routing id first) or PULL socket, (stored body, tag, app_env, topic, body, "
+     "compression, the meta's created_ms or 0) as MessageDecoder makes them, or None where the Python path "
+     "decides (pings, refused messages, whatever this pass declines)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -62,7 +62,7 @@ class EventBatch:
     """Events of one message. `entries`: concatenated msgpack `[time, record]` (times as sent)."""
 
     tag: str
-    entries: bytes
+    entries: bytes | memoryview  # a received batch's may be a view of the bytes received
     option: dict[str, Any] = field(default_factory=dict)
     size: int = 0  # valid entries in `entries`
     invalid: int = 0  # entries dropped because they were not `[time, record]`
@@ -151,16 +151,26 @@ def _packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, unicode_errors=_UNICODE)
 
 
+_ack_packer = msgpack.Packer(use_bin_type=True, unicode_errors=_UNICODE, autoreset=True)
+_OPTION_UNPACK: dict[str, Any] = {"raw": False, "unicode_errors": _UNICODE, "strict_map_key": False,
+                                  "ext_hook": msgpack.ExtType}
+_UNPACK = object()  # _next_packed: this is for msgpack's unpacker
+
+
 def _unpacker(limit: int) -> msgpack.Unpacker:
     return msgpack.Unpacker(raw=False, unicode_errors=_UNICODE, strict_map_key=False,
                             max_buffer_size=limit + 1024, ext_hook=msgpack.ExtType)
 
 
-_count_entries: Callable[[bytes], int] | None
+Entries = bytes | memoryview  # packed entries: a received batch's may be a view of the bytes received
+
+_count_entries: Callable[[Entries], int] | None
+_packed_forward_frame: Callable[[Entries, int], tuple[int, int, int, int, int, int] | int] | None
 try:
     from logport.protocols._forward_scan import count_entries as _count_entries
-except ImportError:  # installed without a C compiler: the Python scan does it all
-    _count_entries = None
+    from logport.protocols._forward_scan import packed_forward_frame as _packed_forward_frame
+except ImportError:  # installed without a C compiler: the Python scan and msgpack's unpacker do it all
+    _count_entries = _packed_forward_frame = None
 
 _MAP_FIRST = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
 _INT_FIRST = frozenset([*range(0x00, 0x80), *range(0xCC, 0xD4), *range(0xE0, 0x100)])
@@ -172,7 +182,7 @@ def _is_time(value: Any) -> bool:
     return isinstance(value, msgpack.ExtType) and value.code == 0 and len(value.data) == 8
 
 
-def scan_entries(data: bytes) -> tuple[bytes, int, int]:
+def scan_entries(data: Entries) -> tuple[Entries, int, int]:
     """Count the `[time, record]` entries of a PackedForward stream without decoding records.
 
     Returns (entries, valid, invalid): invalid entries are cut out; a stream that
@@ -188,7 +198,7 @@ def scan_entries(data: bytes) -> tuple[bytes, int, int]:
     return scan_entries_in_python(data)
 
 
-def scan_entries_in_python(data: bytes) -> tuple[bytes, int, int]:
+def scan_entries_in_python(data: Entries) -> tuple[Entries, int, int]:
     """scan_entries without the C pass: per entry one C `skip()` and a few byte checks."""
     n = len(data)
     up = msgpack.Unpacker(raw=True, max_buffer_size=max(n, 1), ext_hook=msgpack.ExtType,
@@ -210,7 +220,7 @@ def scan_entries_in_python(data: bytes) -> tuple[bytes, int, int]:
     return _scan_rest(data, pos, valid, up)
 
 
-def _scan_rest(data: bytes, pos: int, valid: int, up: msgpack.Unpacker) -> tuple[bytes, int, int]:
+def _scan_rest(data: Entries, pos: int, valid: int, up: msgpack.Unpacker) -> tuple[Entries, int, int]:
     """scan_entries from `pos` on, for any entry form, cutting out the invalid ones."""
     n = len(data)
     invalid = 0
@@ -234,10 +244,10 @@ def _scan_rest(data: bytes, pos: int, valid: int, up: msgpack.Unpacker) -> tuple
         invalid += 1
     if not invalid:
         return data, valid, 0
-    return data[:clean_until] + b"".join(data[a:b] for a, b in keep), valid, invalid
+    return b"".join([data[:clean_until], *(data[a:b] for a, b in keep)]), valid, invalid
 
 
-def _entry_ok(data: bytes, pos: int, up: msgpack.Unpacker) -> bool:
+def _entry_ok(data: Entries, pos: int, up: msgpack.Unpacker) -> bool:
     """The general check of one entry at `pos`; leaves `up` at the entry's record (or where it stopped)."""
     n = len(data)
     if data[pos] != 0x92:
@@ -255,10 +265,10 @@ def _entry_ok(data: bytes, pos: int, up: msgpack.Unpacker) -> bool:
     return ok and rec < n and data[rec] in _MAP_FIRST
 
 
-def _decompress_gzip(data: bytes, limit: int) -> bytes:
+def _decompress_gzip(data: bytes | memoryview, limit: int) -> bytes:
     """All concatenated gzip members, refusing more than `limit` bytes of output."""
     out = bytearray()
-    rest = data
+    rest: bytes | memoryview = data
     while rest:
         d = zlib.decompressobj(wbits=31)
         try:
@@ -278,7 +288,7 @@ def _decompress_gzip(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _decompress_zstd(data: bytes, limit: int) -> bytes:
+def _decompress_zstd(data: bytes | memoryview, limit: int) -> bytes:
     import zstandard  # only when a peer sends zstd
 
     try:
@@ -375,7 +385,7 @@ def encode_forward(tag: str, entries: Sequence[Sequence[Any]], option: dict[str,
     return _packer().pack(body)
 
 
-def encode_packed_forward(tag: str, entries: bytes, option: dict[str, Any] | None = None, *,
+def encode_packed_forward(tag: str, entries: bytes | memoryview, option: dict[str, Any] | None = None, *,
                           compressed: str | None = None) -> bytes:
     """PackedForward, or CompressedPackedForward with `compressed` = "gzip" or "zstd"."""
     option = dict(option or {})
@@ -440,10 +450,13 @@ class ServerConnection:
         self.username = ""
         self._buffer = ReceiveBuffer()
         self._unpacker = _unpacker(chunk_size_limit)
-        self._direct = b""  # received bytes not yet fed, when they did not need the buffer
+        self._direct: bytes | memoryview = b""  # received bytes not yet fed, when they did not need the buffer
+        self._gather: list[bytes | memoryview] = []  # the received pieces of a PackedForward message not yet whole
+        self._gathered = 0  # their bytes
+        self._need = 0  # bytes the message needs at least before it is looked at again
         self._fed = 0  # bytes handed to the unpacker so far
         self._frame_start = 0  # stream offset where the frame being received starts
-        self._last_piece = b""
+        self._last_piece: bytes | memoryview = b""
         self._head: bytes | None = b""  # first bytes of the frame being received (None: not known)
         self._opening = b""  # the connection's first bytes: what it speaks, if not Forward (foreign_protocol)
         self._started = False  # an event came: the peer speaks Forward
@@ -458,8 +471,12 @@ class ServerConnection:
             raise ForwardProtocolError("data after the connection was closed", peer=self.peer)
         if len(self._opening) < _HEAD:
             self._opening += bytes(data[:_HEAD - len(self._opening)])
+        if self._gather:  # the rest of a PackedForward message: kept as received, joined once it is whole
+            self._gather.append(bytes(data))
+            self._gathered += len(data)
+            return
         if self._json is False and not self._buffer and not self._direct:
-            self._direct = bytes(data)  # the common case: straight to msgpack, no copy into the buffer
+            self._direct = bytes(data)  # the common case: no copy into the buffer
             return
         if self._direct:
             self._buffer += self._direct
@@ -469,7 +486,7 @@ class ServerConnection:
     @property
     def buffered(self) -> int:
         """Bytes received and not yet turned into events."""
-        return len(self._direct) + len(self._buffer) + self._fed - self._frame_start
+        return len(self._direct) + len(self._buffer) + self._fed - self._frame_start + self._gathered
 
     def next_event(self) -> EventBatch | Heartbeat | Ping | Any:
         if self._deferred is not None:
@@ -485,7 +502,7 @@ class ServerConnection:
             obj = self._next_json() if self._json else self._next_msgpack()
             if obj is NEED_DATA:
                 return NEED_DATA
-            event = self._interpret(obj)
+            event = obj if type(obj) is EventBatch else self._interpret(obj)
             self.state = self._next_state(type(event).__name__)
         except RemoteProtocolError as e:
             if not self._started and isinstance(e, ForwardProtocolError) and _may_turn_foreign(self._opening):
@@ -511,6 +528,10 @@ class ServerConnection:
             raise ForwardProtocolError(f"{happened} is not allowed in state {self.state.value}") from None
 
     def _next_msgpack(self) -> Any:
+        if self._fed == self._frame_start and self.state is ServerState.READY and _packed_forward_frame is not None:
+            batch = self._next_packed()
+            if batch is not _UNPACK:
+                return batch
         up = self._unpacker
         limit = self.chunk_size_limit
         while True:
@@ -535,15 +556,51 @@ class ServerConnection:
                 self._fed += len(piece)
                 self._last_piece = piece
                 if self._head is not None and len(self._head) < _HEAD:
-                    self._head += piece[:_HEAD - len(self._head)]
+                    self._head += bytes(piece[:_HEAD - len(self._head)])
                 continue
             except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
                 raise ForwardProtocolError(f"invalid msgpack: {self._msgpack_error(e)}") from None
             self._frame_start = up.tell()
             left = self._fed - self._frame_start  # the next frame's first bytes, at the end of the last piece
             last = self._last_piece
-            self._head = last[len(last) - left:][:_HEAD] if left <= len(last) else None
+            self._head = bytes(last[len(last) - left:][:_HEAD]) if left <= len(last) else None
             return obj
+
+    def _next_packed(self) -> EventBatch | Any:
+        """A PackedForward message at the start of what is received, its entries a view of the bytes received
+        (msgpack's unpacker copied them in, then out): NEED_DATA while it is not whole, `_UNPACK` for anything
+        else (the unpacker, the reference, reads it; it has nothing buffered, so it starts where this stopped)."""
+        if self._gather:
+            if self._gathered < self._need:
+                return NEED_DATA
+            self._direct, self._gather, self._gathered = b"".join(self._gather), [], 0
+        elif self._buffer:
+            self._direct = bytes(self._direct) + self._buffer.extract_all()
+        data = self._direct
+        if not data:
+            return NEED_DATA
+        assert _packed_forward_frame is not None
+        found = _packed_forward_frame(data, 0)
+        limit = self.chunk_size_limit
+        if type(found) is int:
+            if found < 0:
+                return _UNPACK
+            if found > limit:  # refuse at once, without gathering it
+                raise LimitExceeded("frame", found, "chunk_size_limit", limit)
+            self._gather, self._gathered, self._need, self._direct = [data], len(data), found, b""
+            return NEED_DATA
+        end, tag_start, tag_end, entries_start, entries_end, option_start = found  # type: ignore[misc]
+        if end > limit:
+            raise LimitExceeded("frame", end, "chunk_size_limit", limit)
+        view = memoryview(data)
+        try:
+            tag = str(view[tag_start:tag_end], "utf-8", _UNICODE)
+            option = msgpack.unpackb(view[option_start:end], **_OPTION_UNPACK) if option_start < end else None
+        except Exception:  # unhashable keys, say: the unpacker raises what the peer did wrong
+            return _UNPACK
+        self._direct = view[end:]
+        self._head = b""
+        return self._packed(tag, view[entries_start:entries_end], option if option is not None else {})
 
     def _msgpack_error(self, e: Exception) -> str:
         pos = self._unpacker.tell()  # where it stopped: the offending byte
@@ -629,7 +686,7 @@ class ServerConnection:
             _check_storable("option", option)
         return option
 
-    def _packed(self, tag: str, payload: bytes, option: dict[str, Any]) -> EventBatch:
+    def _packed(self, tag: str, payload: bytes | memoryview, option: dict[str, Any]) -> EventBatch:
         compressed = option.get("compressed")
         mode = Mode.PACKED_FORWARD
         if compressed == "gzip":
@@ -712,6 +769,13 @@ class ServerConnection:
         return Pong(True, "", self.hostname, digest(ping.salt, self.hostname, self.nonce, self.shared_key))
 
     # bytes out
+
+    def send_acks(self, chunks: Sequence[str | bytes]) -> bytes:
+        """`send(Ack(chunk))` of each chunk, in one piece (a listener writes the acks of a loop turn at once)."""
+        if self._json:
+            return b"".join(self.send(Ack(chunk)) for chunk in chunks)
+        pack = _ack_packer.pack
+        return b"".join([pack({"ack": chunk}) for chunk in chunks])
 
     def send(self, event: Ack | Pong | Helo) -> bytes:
         if isinstance(event, Ack):
@@ -870,7 +934,7 @@ class ClientConnection:
         raise LocalProtocolError(f"a client does not send {type(event).__name__}")
 
 
-def _iter_packed(entries: bytes) -> list[list[Any]]:
+def _iter_packed(entries: Entries) -> list[list[Any]]:
     up = msgpack.Unpacker(raw=False, unicode_errors=_UNICODE, ext_hook=msgpack.ExtType, strict_map_key=False,
                           max_buffer_size=max(len(entries), 1))
     up.feed(entries)
@@ -880,13 +944,13 @@ def _iter_packed(entries: bytes) -> list[list[Any]]:
 # --- entry streams: split to fit a store frame, add keys to every record ---
 
 
-def split_entries(entries: bytes, max_bytes: int) -> list[bytes]:
+def split_entries(entries: Entries, max_bytes: int) -> list[Entries]:
     """Cut a packed entry stream at entry boundaries into pieces of at most `max_bytes` (one entry may exceed it)."""
     if len(entries) <= max_bytes:
         return [entries]
     up = msgpack.Unpacker(raw=True, max_buffer_size=len(entries), ext_hook=msgpack.ExtType, strict_map_key=False)
     up.feed(entries)
-    pieces: list[bytes] = []
+    pieces: list[Entries] = []
     start = 0
     last = 0
     while last < len(entries):
@@ -900,7 +964,7 @@ def split_entries(entries: bytes, max_bytes: int) -> list[bytes]:
     return pieces
 
 
-def add_record_keys(entries: bytes, extra: dict[str, Any]) -> bytes:
+def add_record_keys(entries: Entries, extra: dict[str, Any]) -> bytes:
     """Set `extra` in every record (source address / hostname keys); this one decodes the records."""
     p = _packer()
     return b"".join(p.pack([t, {**record, **extra}]) for t, record in _iter_packed(entries))

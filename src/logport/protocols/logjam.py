@@ -3,22 +3,27 @@
 ZeroMQ already delimits messages into frames, so this module works on lists of
 frames: `read_router_message` / `read_pull_message` / `read_sub_message` turn
 frames into events, `data_frames` / `router_reply` / `heartbeat_frames` build
-frames, `GapCounter` follows the sequence numbers of each device. No sockets.
+frames, `GapCounter` follows the sequence numbers of each device. `Connection`
+is one socket's side of it, as the other protocols' cores are (multipart
+messages in, events out; replies in, frames out). No sockets.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import struct
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import cramjam
 
 from logport.config import LOGJAM_APP_ENV, LOGJAM_TOPIC
-from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.errors import LimitExceeded, LocalProtocolError, ProtocolError, RemoteProtocolError
+from logport.protocols._receivebuffer import NEED_DATA
 
 META: Final = struct.Struct("!HBBIQQ")  # tag, compression, version, device, created_ms, sequence
 META_SIZE: Final = META.size  # 24
@@ -358,3 +363,159 @@ class GapCounter:
     @property
     def total_lost(self) -> int:
         return sum(self.lost.values())
+
+
+# --- one socket's side: Connection ---
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A message a ROUTER, PULL or SUB socket took: the event, and for ROUTER the routing id to reply to."""
+
+    event: DataMessage | PingRequest | Heartbeat
+    route: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A message that breaks the protocol. ZeroMQ keeps no connection to close: the socket goes on, and a
+    sync sender (ROUTER, `sync`) is owed a `BadRequest`."""
+
+    error: ProtocolError
+    first_frame: bytes  # the first frame after the routing id and the empty frame: what the reply echoes
+    sync: bool
+    route: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """`202 Accepted` for a sync data message, sent once it is stored."""
+
+    route: bytes
+    app_env: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """`200 OK` and our host name for a sync ping."""
+
+    route: bytes
+    hostname: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BadRequest:
+    """`400 Bad Request` for a sync message that was refused."""
+
+    route: bytes
+    first_frame: bytes
+
+
+Reply = Accept | Pong | BadRequest
+SocketKind = Literal["router", "pull", "sub"]
+
+
+class Owed(enum.Enum):
+    """What a ROUTER peer is owed for each sync message: nothing until one arrives, then one reply."""
+
+    NOTHING = "nothing"
+    REPLY = "reply"
+
+
+# (what a sync message was, the reply sent) -> whether that reply answers it; looked up in one place
+REPLIES_FOR: Final[dict[tuple[type, type], bool]] = {
+    (DataMessage, Accept): True,  # once stored; not stored, it gets none (`forgo_reply`): the sender resends
+    (DataMessage, BadRequest): True,  # its body did not decode (decompression, JSON, a limit)
+    (PingRequest, Pong): True,
+    (Refused, BadRequest): True,
+}
+
+# which events each kind of socket may yield
+EVENTS_OF: Final[dict[SocketKind, tuple[type, ...]]] = {
+    "router": (DataMessage, PingRequest), "pull": (DataMessage, PingRequest), "sub": (DataMessage, Heartbeat),
+}
+
+
+class Connection:
+    """One ROUTER, PULL or SUB socket's side of logjam: `receive_message(frames)` queues a multipart message,
+    `next_event()` answers `Received`, `Refused` or NEED_DATA, `send(reply)` gives the frames of a reply
+    (ROUTER only, and only one per sync message: a sender waits for exactly one)."""
+
+    def __init__(self, socket: SocketKind) -> None:
+        if socket not in EVENTS_OF:
+            raise LocalProtocolError(f"no logjam socket kind {socket!r} (router, pull or sub)")
+        self.socket = socket
+        self._queue: deque[list[bytes]] = deque()
+        # routing id -> what each unanswered sync message was; every one is answered or forgone, so this holds
+        # only the sync messages on their way to the store
+        self._owed: dict[bytes, deque[type]] = {}
+
+    def receive_message(self, frames: list[bytes]) -> None:
+        self._queue.append(frames)
+
+    def next_event(self) -> Received | Refused | Any:
+        if not self._queue:
+            return NEED_DATA
+        frames = self._queue.popleft()
+        route = b""
+        if self.socket == "router":
+            if not frames:
+                return Refused(InvalidMessage("frames", "message without a routing id"), b"", False)
+            route, frames = frames[0], frames[1:]
+        sync = self.socket == "router" and bool(frames) and not frames[0]
+        try:
+            event: DataMessage | PingRequest | Heartbeat
+            if self.socket == "sub":
+                event = read_sub_message(frames)
+            elif self.socket == "router":
+                event = read_router_message(frames)
+            else:
+                event = read_pull_message(frames)
+        except ProtocolError as e:
+            body = frames[1:] if sync else frames
+            refused = Refused(e, body[0] if body else b"", sync, route)
+            if sync:
+                self._owe(route, Refused)
+            return refused
+        if sync:
+            self._owe(route, type(event))
+        return Received(event, route)
+
+    def expect_reply(self, route: bytes, kind: type = DataMessage) -> None:
+        """A sync message from `route` taken without next_event (the listener's batch C pass): owe its reply."""
+        self._owe(route, kind)
+
+    def _owe(self, route: bytes, kind: type) -> None:
+        owed = self._owed.get(route)
+        if owed is None:
+            owed = self._owed[route] = deque()
+        owed.append(kind)
+
+    def forgo_reply(self, route: bytes) -> None:
+        """The oldest sync message from `route` gets no reply (it was not stored: the sender's timeout resends)."""
+        owed = self._owed.get(route)
+        if not owed:
+            raise LocalProtocolError(f"no reply owed to {route!r} to forgo")
+        owed.popleft()
+        if not owed:
+            del self._owed[route]
+
+    def owed(self, route: bytes) -> Owed:
+        return Owed.REPLY if self._owed.get(route) else Owed.NOTHING
+
+    def send(self, reply: Reply) -> list[bytes]:
+        """The frames of a reply, routing id first; LocalProtocolError for a reply nobody is owed."""
+        owed = self._owed.get(reply.route)
+        if self.socket != "router" or not owed:
+            raise LocalProtocolError(f"{type(reply).__name__} to {reply.route!r}, which is owed no reply on "
+                                     f"this {self.socket} socket")
+        if not REPLIES_FOR.get((owed[0], type(reply)), False):
+            raise LocalProtocolError(f"{type(reply).__name__} does not answer a {owed[0].__name__}")
+        owed.popleft()
+        if not owed:
+            del self._owed[reply.route]
+        if isinstance(reply, Accept):
+            return [reply.route, *router_reply(reply.app_env, ACCEPTED)]
+        if isinstance(reply, Pong):
+            return [reply.route, *router_reply(PING, OK, reply.hostname)]
+        return [reply.route, *router_reply(reply.first_frame, BAD_REQUEST)]

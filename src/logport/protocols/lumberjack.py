@@ -5,6 +5,12 @@ there is no frame length, so after any error the stream cannot resync and the
 connection must close. Writer -> reader: `W` window size, `D` (v1 key/value
 pairs), `J` (v2 JSON), `C` (zlib of whole frames, may nest). Reader -> writer:
 `A` ack of the highest sequence.
+
+A server's Connection made with `windows=True` goes one step further and hands
+out whole windows (`Window`), the window rules written once as
+WINDOW_TRANSITIONS; the listener stores each and acknowledges it with `A`. The
+stored form of a window's events (PackedForward batches, `build_batches`) is
+written here too, in Python as the reference of the C pass (`_lumberjack_scan`).
 """
 
 from __future__ import annotations
@@ -16,15 +22,26 @@ import struct
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import orjson
+import ormsgpack
 
+from logport.batch import ENTRY_HEAD, MAX_NESTING_DEPTH, encode_batch_pieces
 from logport.config import LumberjackConfig
 from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
+
+_scan_window: Callable[..., tuple[list[tuple[str | None, bytes, int]], int, int] | None] | None
+_scan_events: Callable[..., list[tuple[str | None, bytes, int]] | None] | None
+try:
+    from logport.protocols._lumberjack_scan import decode_window as _scan_window
+    from logport.protocols._lumberjack_scan import pack_json_events as _scan_events
+except ImportError:  # installed without a C compiler: windows are decoded in Python
+    _scan_window = _scan_events = None
 
 V1 = 0x31  # '1'
 V2 = 0x32  # '2'
@@ -93,6 +110,57 @@ class Compressed:
 
 Event = WindowSize | DataFrames | Ack | Compressed
 
+Batches = list[tuple[str, bytes, int]]  # (tag, stored body, event count): what build_batches makes
+Decoded = tuple[Batches, int, int]  # a window's batches, its last seq, the bytes of its frames: decode_window's
+
+
+# --- window events (a server's Connection with windows=True) ---
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Events to store together and acknowledge with one `A` of `last_seq` in `version`.
+
+    `frames` are (seq, fields): a J frame's JSON bytes or a D frame's dict. A window
+    that `decode_window` took whole comes with its stored `batches` instead (and no
+    frames); an empty one is a `W 0`'s, acknowledged with 0.
+    """
+
+    version: int
+    frames: list[tuple[int, Any]]
+    last_seq: int
+    batches: Batches | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AnnouncedWindow:
+    """A C frame right after the W frame that announced `size` events: it may hold exactly that window.
+
+    The caller decodes it (`decode_window`, in the event loop or a worker process) and hands the result
+    to `Connection.window_decoded`; what came after it is held back until then. Compared by identity.
+    """
+
+    version: int
+    compressed: Compressed
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFull:
+    """The window's announced count (or max_window_size without a W frame) is reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartialWindowDue:
+    """The sender paused with part of a window sent (the partial-window timer ran out, or the hub drains)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDecoded:
+    """An AnnouncedWindow's C frame held exactly its window, decoded to stored batches."""
+
+    decoded: Decoded
+
 
 # --- errors ---
 
@@ -108,6 +176,7 @@ class Limits:
     max_payload_size: int = LumberjackConfig.max_payload_size  # one J/D/C frame's payload
     max_decompressed_size: int = LumberjackConfig.max_decompressed_size  # what one C frame (with its nested ones) inflates to
     max_window_size: int = LumberjackConfig.max_window_size  # events announced by one W frame
+    max_window_bytes: int = LumberjackConfig.max_window_bytes  # bytes of frames (inflated) one window may collect
 
 
 class Role(enum.Enum):
@@ -115,11 +184,56 @@ class Role(enum.Enum):
     CLIENT = "client"  # the writer (Beats' side): receives A, sends W/D/J/C
 
 
+class WindowState(enum.Enum):
+    """Where a server is in the writer's windows (windows=True)."""
+
+    BETWEEN = "between windows"  # no W frame in force and no events held
+    ANNOUNCED = "announced"  # a W frame in force (or what is left of its count after a pause), no events held
+    FILLING = "filling"  # events held towards the count of the W frame in force
+    STREAMING = "streaming"  # events held without a W frame (v1 streaming clients): up to max_window_size
+
+
+_S = WindowState
+# (state, event type) -> state; what an event does besides is Connection._on_<event>. A pair missing here is
+# a caller's mistake (LocalProtocolError): the peer's frames are all legal in every state.
+WINDOW_TRANSITIONS: dict[tuple[WindowState, type], WindowState] = {
+    (_S.BETWEEN, WindowSize): _S.ANNOUNCED,
+    (_S.ANNOUNCED, WindowSize): _S.ANNOUNCED,  # the W before had nothing: nothing to store
+    (_S.FILLING, WindowSize): _S.ANNOUNCED,  # the window before was cut short: what came of it is a window
+    (_S.STREAMING, WindowSize): _S.ANNOUNCED,
+    (_S.BETWEEN, DataFrames): _S.STREAMING,  # no W: acks go in the data frames' version
+    (_S.ANNOUNCED, DataFrames): _S.FILLING,
+    (_S.FILLING, DataFrames): _S.FILLING,
+    (_S.STREAMING, DataFrames): _S.STREAMING,
+    (_S.ANNOUNCED, WindowFull): _S.BETWEEN,  # a W 0: an empty window, acknowledged with 0
+    (_S.FILLING, WindowFull): _S.BETWEEN,
+    (_S.STREAMING, WindowFull): _S.BETWEEN,
+    (_S.ANNOUNCED, WindowDecoded): _S.BETWEEN,  # the C frame right after the W held all of it
+    (_S.BETWEEN, PartialWindowDue): _S.BETWEEN,
+    (_S.ANNOUNCED, PartialWindowDue): _S.ANNOUNCED,
+    (_S.FILLING, PartialWindowDue): _S.ANNOUNCED,  # what came is stored; the W's count goes on
+    (_S.STREAMING, PartialWindowDue): _S.BETWEEN,
+}
+
+
 class Connection:
-    """One lumberjack connection, either side. Raises only RemoteProtocolError / LocalProtocolError."""
+    """One lumberjack connection, either side. Raises only RemoteProtocolError / LocalProtocolError.
+
+    Frame by frame, `next_event` hands out WindowSize, DataFrames (and Compressed with
+    defer_compressed) on the server, Ack on the client. A server with `windows=True`
+    hands out whole windows instead: `Window` to store and acknowledge, and
+    `AnnouncedWindow` for the caller to decode and answer with `window_decoded`. A
+    window a paused sender left unfinished ends with `partial_window_due`, which the
+    caller feeds when the timer `partial_timer` names runs out: the core keeps the
+    timer's state, the caller keeps the clock.
+    """
 
     def __init__(self, role: Role, limits: Limits | None = None, *, peer: str | None = None,
-                 decode_json: bool = True, defer_compressed: bool = False) -> None:
+                 decode_json: bool = True, defer_compressed: bool = False, windows: bool = False) -> None:
+        if windows:
+            if role is not Role.SERVER:
+                raise LocalProtocolError("only a lumberjack server assembles windows")
+            decode_json, defer_compressed = False, True  # J frames stay bytes for build_batches or the C pass
         self.role = role
         # False: J frames come out as their JSON bytes, for the caller to decode with `json_fields`
         # right before it is done with each event (short-lived dicts keep the cyclic GC idle)
@@ -140,6 +254,21 @@ class Connection:
         self._partial_data: tuple[int, int, dict[str, str]] | None = None
         # what the top-level C frame being parsed may still inflate to, shared by every C frame nested in it
         self._inflate_budget = 0
+        self.windows = windows
+        self.window_state = WindowState.BETWEEN
+        self._window: list[tuple[int, Any]] = []  # (seq, fields) held for the window being received
+        self._window_bytes = 0  # bytes of the frames in _window, bounded by max_window_bytes
+        self._window_version = V2
+        self._remaining = 0  # events still due in the window of the W frame in force (ANNOUNCED, FILLING)
+        self._announced = 0  # the size of the W frame parsed last, while nothing has followed it
+        # frame events parsed but not yet applied, in stream order: an AnnouncedWindow not yet answered holds back
+        # everything after it (its answer decides what the window is)
+        self._held: deque[Event | AnnouncedWindow] = deque()
+        self._answers: dict[AnnouncedWindow, Decoded | None] = {}
+        self._out: deque[Window | AnnouncedWindow] = deque()
+        self._window_error: RemoteProtocolError | None = None  # raised once the windows before it are handed out
+        self._timers = 0
+        self.partial_timer: int | None = None  # the partial-window timer that should be running (None: none)
 
     # --- receiving ---
 
@@ -152,7 +281,12 @@ class Connection:
         """Bytes received but not yet parsed into events (part of a frame)."""
         return len(self._buffer)
 
-    def next_event(self) -> Event | _NeedData:
+    def next_event(self) -> Event | Window | AnnouncedWindow | _NeedData:
+        if self.windows:
+            return self._next_window_event()
+        return self._next_frame_event()
+
+    def _next_frame_event(self) -> Event | _NeedData:
         if self._events:
             return self._events.popleft()
         if self._error is not None:
@@ -367,6 +501,172 @@ class Connection:
                 )
             pos = new_pos
 
+    # --- windows (windows=True) ---
+
+    @property
+    def holds_events(self) -> bool:
+        """Events received that no Window handed out holds yet."""
+        return bool(self._window or self._held or self._out)
+
+    @property
+    def decodes_pending(self) -> int:
+        """AnnouncedWindows handed out whose windows are not yet (answered, or held behind one that is not)."""
+        return len(self._answers)
+
+    def window_decoded(self, announced: AnnouncedWindow, decoded: Decoded | None) -> None:
+        """The answer to an AnnouncedWindow: its window decoded whole, or None when its C frame holds anything
+        else (fewer or more events, a W frame), to be parsed frame by frame where it came."""
+        if self._window_error is not None:
+            return  # broken: nothing after the error is applied
+        if announced not in self._answers or self._answers[announced] is not None:
+            raise LocalProtocolError("window_decoded for a window that was not announced, or twice")
+        self._answers[announced] = decoded if decoded is not None else _NOT_WHOLE
+
+    def partial_window_due(self, timer: int | None = None) -> None:
+        """The sender paused: the window it left unfinished is handed out as it is. `timer`: the partial_timer
+        that ran out (a timer since replaced is ignored); None: now, whatever runs (a drain)."""
+        if self._window_error is not None or (timer is not None and timer != self.partial_timer):
+            return
+        self._on(PartialWindowDue())
+
+    def _next_window_event(self) -> Window | AnnouncedWindow | _NeedData:
+        if not self._out:
+            self._run_windows()
+        if self._out:
+            return self._out.popleft()
+        if self._window_error is not None:
+            raise self._window_error
+        return NEED_DATA
+
+    def _run_windows(self) -> None:
+        """Parse what was received into held frame events, then apply them to the window in order."""
+        held = self._held
+        while self._window_error is None:
+            try:
+                event = self._next_frame_event()
+            except RemoteProtocolError as e:  # sticky: raised once the windows before it are handed out
+                self._window_error = e
+                break
+            if event is NEED_DATA:
+                break
+            announced, self._announced = self._announced, event.size if type(event) is WindowSize else 0
+            if type(event) is Compressed and announced:
+                request = AnnouncedWindow(event.version, event, announced)
+                self._answers[request] = None
+                self._out.append(request)
+                held.append(request)
+            else:
+                held.append(event)  # type: ignore[arg-type]  # the server's parser hands out no Ack
+        try:
+            while held:
+                item = held[0]
+                if type(item) is AnnouncedWindow:
+                    answer = self._answers[item]
+                    if answer is None:
+                        return  # what follows waits for it
+                    del self._answers[item]
+                    held.popleft()
+                    if answer is _NOT_WHOLE:
+                        for inner in self.inflate(item.compressed):
+                            self._on(inner)
+                    else:
+                        self._on(WindowDecoded(answer))
+                elif type(item) is Compressed:  # not right after a W frame: parsed where it came
+                    held.popleft()
+                    for inner in self.inflate(item):
+                        self._on(inner)
+                else:
+                    held.popleft()
+                    self._on(item)
+        except RemoteProtocolError as e:
+            e.peer = self.peer
+            self._window_error = e
+            held.clear()
+            self._answers.clear()
+            self._out = deque(event for event in self._out if type(event) is Window)  # none will be applied
+            return
+        if self.window_state in (WindowState.FILLING, WindowState.STREAMING) and self.partial_timer is None:
+            self._timers += 1
+            self.partial_timer = self._timers
+
+    def _on(self, event: Any) -> None:
+        """Apply one event to the window: the state it leads to is WINDOW_TRANSITIONS', the work its handler's."""
+        kind = type(event)
+        try:
+            self.window_state = WINDOW_TRANSITIONS[self.window_state, kind]
+        except KeyError:
+            raise LocalProtocolError(f"{kind.__name__} in window state {self.window_state.value}") from None
+        self._handlers[kind](self, event)
+
+    def _end_window(self) -> None:
+        """Hand out the events held as a window (the state says what comes next)."""
+        self._out.append(Window(self._window_version, self._window, self._window[-1][0]))
+        self._window = []
+        self._window_bytes = 0
+        self.partial_timer = None
+
+    def _on_window_size(self, event: WindowSize) -> None:
+        if self._window:
+            self._end_window()
+        self._window_version = event.version
+        self._remaining = event.size
+        if event.size == 0:
+            self._out.append(Window(event.version, [], 0))
+            self._on(WindowFull())
+
+    def _on_data_frames(self, event: DataFrames) -> None:
+        """Add data frames to the window, ending windows as their count is reached (a run of frames may end
+        one and start the next); a window passing max_window_bytes before it ends raises LimitExceeded."""
+        frames, size = event.frames, event.size
+        limits = self.limits
+        while True:
+            if self.window_state is WindowState.FILLING:
+                room = self._remaining
+            else:  # STREAMING
+                if not self._window:
+                    self._window_version = event.version
+                room = limits.max_window_size - len(self._window)
+            taken, frames = (frames[:room], frames[room:]) if len(frames) > room else (frames, [])
+            taken_bytes = _frames_bytes(taken) if frames else size  # split over two windows: rare, count them
+            size = max(0, size - taken_bytes)
+            self._window_bytes += taken_bytes
+            if self._window_bytes > limits.max_window_bytes:
+                raise LimitExceeded("window", self._window_bytes, "max_window_bytes", limits.max_window_bytes)
+            self._window.extend(taken)
+            if self.window_state is WindowState.FILLING:
+                self._remaining -= len(taken)
+                full = self._remaining <= 0
+            else:
+                full = len(self._window) >= limits.max_window_size
+            if full:
+                self._on(WindowFull())
+            if not frames:
+                return
+            self.window_state = WINDOW_TRANSITIONS[self.window_state, DataFrames]  # the rest starts the next
+
+    def _on_window_full(self, event: WindowFull) -> None:
+        if self._window:
+            self._end_window()
+
+    def _on_window_decoded(self, event: WindowDecoded) -> None:
+        batches, last_seq, size = event.decoded
+        limit = self.limits.max_window_bytes
+        if size > limit:
+            raise LimitExceeded("window", size, "max_window_bytes", limit)
+        self._out.append(Window(self._window_version, [], last_seq, batches))
+
+    def _on_partial_window_due(self, event: PartialWindowDue) -> None:
+        if self._window:
+            self._end_window()
+
+    _handlers: dict[type, Callable[[Connection, Any], None]] = {
+        WindowSize: _on_window_size,
+        DataFrames: _on_data_frames,
+        WindowFull: _on_window_full,
+        WindowDecoded: _on_window_decoded,
+        PartialWindowDue: _on_partial_window_due,
+    }
+
     # --- sending ---
 
     def send(self, event: Event) -> bytes:
@@ -458,6 +758,156 @@ def json_fields(seq: int, payload: bytes | bytearray | memoryview) -> dict[str, 
     if type(fields) is not dict:
         raise RemoteProtocolError(f"J frame seq {seq} holds JSON {type(fields).__name__}, not an object")
     return fields
+
+
+# --- the stored form: a window's events as PackedForward batches (the Python reference of the C pass) ---
+
+SOURCE = "lumberjack"  # the batches' option `source`
+# how deep an event may nest (its object is level 1): ormsgpack packs 255 levels and msgpack the rest
+MAX_EVENT_DEPTH = MAX_NESTING_DEPTH
+_record_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+# an AnnouncedWindow answered with None: its C frame is parsed frame by frame
+_NOT_WHOLE: Decoded = ([], -1, -1)
+
+
+def _frames_bytes(frames: list[tuple[int, Any]]) -> int:
+    """About the bytes `frames` took as received: exact for J frames' JSON bytes, close for D frames' fields."""
+    return sum(10 + (sum(8 + len(k) + len(v) for k, v in f.items()) if type(f) is dict else len(f))
+               for _, f in frames)
+
+
+def _json_depth(value: Any) -> int:
+    """How many dicts and lists deep `value` is, level by level: Python's own recursion stops near 1000."""
+    depth = 0
+    level = [value]
+    while True:
+        level = [v for v in level if type(v) is dict or type(v) is list]
+        if not level:
+            return depth
+        depth += 1
+        level = [child for v in level for child in (v.values() if type(v) is dict else v)]
+
+
+def _check_depth(what: str, value: Any, limit: int) -> None:
+    depth = _json_depth(value)
+    if depth > limit:
+        raise RemoteProtocolError(f"{what} is nested {depth} deep, over the limit of {limit}")
+
+
+def decode_window(compressed: Compressed, limits: Limits, window_size: int, part: int, parts: int, tag: str,
+                  tag_from_beat: bool, peer: str, max_body: int, received_ns: int) -> Decoded | None:
+    """(batches, last seq, bytes) of part `part` of `parts` of a C frame that holds exactly the
+    `window_size` events its W frame announced; None when it holds anything else (the event loop parses
+    it then). Each part inflates and splits the whole frame, and packs its share of the events: in one C
+    pass (`_lumberjack_scan`) when it takes the window, else in Python (`decode_window_in_python`, the
+    reference, which also gives the error for a bad window)."""
+    if _scan_window is not None:
+        inner = inflate_payload(compressed, limits)  # its errors are the reference's
+        default_s, default_ns = divmod(received_ns, 1_000_000_000)
+        lo, hi = window_size * part // parts, window_size * (part + 1) // parts
+        scanned = _scan_window(inner, window_size, lo, hi, tag.encode("utf-8", "surrogateescape"), tag_from_beat,
+                               peer.encode("utf-8", "surrogateescape"), max_body, default_s, default_ns,
+                               limits.max_payload_size)
+        if scanned is not None:
+            batches, last_seq, size = scanned
+            return [(tag if batch_tag is None else batch_tag, body, count) for batch_tag, body, count in batches], \
+                last_seq, size
+    return decode_window_in_python(compressed, limits, window_size, part, parts, tag, tag_from_beat, peer,
+                                   max_body, received_ns)
+
+
+def decode_window_in_python(compressed: Compressed, limits: Limits, window_size: int, part: int, parts: int,
+                            tag: str, tag_from_beat: bool, peer: str, max_body: int,
+                            received_ns: int) -> Decoded | None:
+    """decode_window without the C pass."""
+    inflated = inflate_frames(compressed, limits, window_size)
+    if inflated is None:
+        return None
+    frames, size = inflated
+    share = frames[window_size * part // parts : window_size * (part + 1) // parts]
+    batches = build_batches_in_python(share, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                                      received_ns=received_ns)
+    return batches, share[-1][0], size
+
+
+def build_batches(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
+                  max_body: int, received_ns: int) -> Batches:
+    """build_batches_in_python's batches, from the C pass (`_lumberjack_scan`) for a window of J frames
+    (their JSON bytes) that it takes, else from build_batches_in_python itself (the reference)."""
+    if _scan_events is not None and events:
+        default_s, default_ns = divmod(received_ns, 1_000_000_000)
+        scanned = _scan_events(events, tag.encode("utf-8", "surrogateescape"), tag_from_beat,
+                               peer.encode("utf-8", "surrogateescape"), max_body, default_s, default_ns)
+        if scanned is not None:
+            return [(tag if batch_tag is None else batch_tag, body, count) for batch_tag, body, count in scanned]
+    return build_batches_in_python(events, tag=tag, tag_from_beat=tag_from_beat, peer=peer, max_body=max_body,
+                                   received_ns=received_ns)
+
+
+def build_batches_in_python(events: list[tuple[int, Any]], *, tag: str, tag_from_beat: bool, peer: str,
+                            max_body: int, received_ns: int) -> Batches:
+    """(tag, stored body, event count) per run of events sharing @metadata (and so the tag).
+
+    The record is the event without `@metadata`, which goes into the option;
+    `@timestamp` becomes the event time (the receive time when it is missing or bad).
+    Events are (seq, fields), fields a dict or a J frame's JSON bytes; bad JSON
+    or an event nested deeper than MAX_EVENT_DEPTH raises RemoteProtocolError.
+    """
+    out: Batches = []
+    default_s, default_ns = divmod(received_ns, 1_000_000_000)
+    head = ENTRY_HEAD.pack
+    pack = _record_packer.pack
+    fast_pack = ormsgpack.packb
+    loads = orjson.loads
+    head_size = ENTRY_HEAD.size
+    parts: list[bytes] = []  # entry head, packed record, entry head, ...
+    run_bytes = 0
+    run_meta: Any = None
+    run_tag = tag
+
+    def close_run() -> None:
+        if parts:
+            count = len(parts) // 2
+            option: dict[str, Any] = {"size": count, "source": SOURCE, "peer": peer}
+            if run_meta is not None:
+                option["@metadata"] = run_meta
+            out.append((run_tag, encode_batch_pieces(run_tag, parts, option), count))
+
+    for seq, item in events:
+        # a J frame's JSON is decoded here, right before it is packed, so the dicts die young
+        if type(item) is dict:
+            fields = item
+        else:
+            try:
+                fields = loads(item)
+            except orjson.JSONDecodeError:
+                fields = json_fields(seq, item)  # raises the protocol's error for it
+            if type(fields) is not dict:
+                fields = json_fields(seq, item)
+        meta = fields.pop("@metadata", None)
+        t = parse_timestamp(fields.get("@timestamp"))
+        seconds, nanos = t if t is not None else (default_s, default_ns)
+        try:
+            record = fast_pack(fields)  # what the decoder makes, ormsgpack packs byte for byte as msgpack does
+        except ormsgpack.MsgpackEncodeError:  # nested deeper than its 255 levels
+            _check_depth(f"event seq {seq}", fields, MAX_EVENT_DEPTH)
+            record = pack(fields)
+        entry_bytes = len(record) + head_size
+        if meta != run_meta or (parts and run_bytes + entry_bytes > max_body):
+            # checked once a run, not once an event; a checked run_meta bounds how deep `!=` recurses
+            _check_depth(f"@metadata of event seq {seq}", meta, MAX_EVENT_DEPTH - 1)
+            close_run()
+            parts, run_bytes, run_meta = [], 0, meta
+            run_tag = tag
+            if tag_from_beat and isinstance(meta, dict):
+                beat = meta.get("beat")
+                if isinstance(beat, str) and beat:
+                    run_tag = beat
+        parts.append(head(0x92, 0xD7, 0, seconds & 0xFFFFFFFF, nanos))
+        parts.append(record)
+        run_bytes += entry_bytes
+    close_run()
+    return out
 
 
 # --- encoders (shared by Connection.send and the clients' hot path) ---

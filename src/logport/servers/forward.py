@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import hashlib
 import logging
 import socket
@@ -23,13 +24,16 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from logport.batch import encode_batch
-from logport.errors import LimitExceeded, ProtocolError, StoreError
+from logport.batch import batch_head, pack_option
+from logport.errors import LimitExceeded, ProtocolError, StoreError, StoreLimitExceeded
 from logport.protocols import forward as fp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.servers._lifecycle import BUDGET, IdleTimeout, ReadGate, TcpListener, peer_name
-from logport.store import WriterCondition
+from logport.store import AppendResult, WriterCondition
+from logport.store.appends import Buffer
+from logport.store.frames import EVENT as _EVENT
+from logport.store.frames import HEADER as _FRAME_HEADER
 
 log = logging.getLogger("logport.forward")
 
@@ -53,6 +57,14 @@ class ForwardMetrics:
         self.heartbeats = Counter("logport_forward_heartbeats", "Heartbeats answered", ["transport"], registry=r)
         self.read_pauses = Counter("logport_forward_read_pauses",
                                    "Times a connection stopped reading because the store was behind", registry=r)
+        self._events_of: dict[fp.Mode, Any] = {}
+
+    def events_of(self, mode: fp.Mode) -> Any:
+        """`events` of one mode (labels() looks the child up under a lock at every call)."""
+        child = self._events_of.get(mode)
+        if child is None:
+            child = self._events_of[mode] = self.events.labels(mode.value)
+        return child
 
 
 class ForwardServer(TcpListener):
@@ -106,7 +118,7 @@ class ForwardServer(TcpListener):
             self._udp.close()
         for conn in list(self.connections):
             conn.close()
-        pending = [t for c in self.connections for t in c.tasks]
+        pending: list[asyncio.Future[Any]] = [f for c in self.connections for f in c.pending]
         if pending:
             await asyncio.wait(pending, timeout=5)
         if self._tcp is not None:
@@ -137,13 +149,18 @@ class ForwardConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.conn: fp.ServerConnection | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.runtime = server.runtime
+        self.pending: set[asyncio.Future[AppendResult]] = set()  # appends handed to the store, not yet answered
+        self._order: collections.deque[asyncio.Future[AppendResult]] = collections.deque()  # pending, in order
+        self._acks: list[str | bytes] = []  # chunk ids answered in this loop turn, acked by _flush
+        self._counted: list[tuple[fp.Mode, int, int]] = []  # (mode, events, bytes) stored in this loop turn
+        self._flush_pending = False
         self.inflight = 0
         self.gate = ReadGate(None)
         self.closing = False
         self.eof = False
         self.storing = 0  # batches handed to the store and not yet answered
-        self.idle = IdleTimeout(self.config, busy=lambda: bool(self.tasks), expire=self._close_idle)
+        self.idle = IdleTimeout(self.config, busy=lambda: bool(self.storing), expire=self._close_idle)
         self._hostname: asyncio.Future[str] | None = None  # the peer name lookup, held while it runs
         self._extra: dict[str, str] = {}
 
@@ -213,8 +230,11 @@ class ForwardConnection(asyncio.Protocol):
 
     async def settle(self) -> None:
         """Every batch received is stored and its ack written (or the connection failed)."""
-        while self.tasks:
-            await asyncio.wait(set(self.tasks))
+        while self.pending or self._flush_pending:
+            if self.pending:
+                await asyncio.wait(set(self.pending))
+            else:
+                await asyncio.sleep(0)  # the acks of the last ones go out in this loop turn
 
     def _close_idle(self) -> None:
         self.server.metrics.errors.labels("idle_timeout").inc()
@@ -249,7 +269,7 @@ class ForwardConnection(asyncio.Protocol):
                         extra={"peer": self.peer, "value": self.conn.buffered})
             self.server.metrics.errors.labels("truncated").inc()
         self.eof = True
-        if self.storing:
+        if self.storing or self._flush_pending:
             return True  # half-closed: the acks of what is still being stored go out, then we close
         return False
 
@@ -275,20 +295,43 @@ class ForwardConnection(asyncio.Protocol):
             self.close()
 
     def _accept(self, batch: fp.EventBatch) -> None:
-        metrics = self.server.metrics
+        """Hand a batch to the store now, in the order received, without a task: its future's callback
+        (`_stored`) counts it and queues its ack."""
+        server = self.server
         if batch.invalid:
-            metrics.invalid_events.inc(batch.invalid)
+            server.metrics.invalid_events.inc(batch.invalid)
             log.warning("invalid entries skipped", extra={"peer": self.peer, "value": batch.invalid, "tag": batch.tag})
         size = len(batch.entries)
+        chunk = batch.chunk
+        count = batch.size
+        if not count:
+            if chunk is not None:  # nothing valid to store: ack so the client does not retry a hopeless chunk
+                self._acks.append(chunk)
+                self._flush_soon()
+            return
         self.inflight += size
-        self.server.inflight += size
+        server.inflight += size
         self.storing += 1
-        task = asyncio.ensure_future(self._store(batch, size))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        try:
+            tag = batch.tag
+            if self.config.add_tag_prefix:
+                tag = f"{self.config.add_tag_prefix}.{tag}"
+            key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
+            parts, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
+                                         self._extra, self.store.config.max_frame_size)
+            future = self.runtime.submit_routed(self.config.segment, tag, parts,
+                                                WriterCondition(key=key, end=1) if key is not None else None, frames)
+        except Exception as e:  # refused before it reached the store's queue
+            self._refused(e)
+            self._settled(size)
+        else:
+            self.pending.add(future)
+            self._order.append(future)
+            mode = batch.mode
+            future.add_done_callback(lambda f: self._stored(f, chunk, count, mode, size))
         if self.over_budget() and not self.gate.holds(BUDGET) and self.transport is not None:
-            self.server.paused.add(self)
-            self.server.metrics.read_pauses.inc()
+            server.paused.add(self)
+            server.metrics.read_pauses.inc()
             self.gate.hold(BUDGET)
 
     def over_budget(self) -> bool:
@@ -303,65 +346,108 @@ class ForwardConnection(asyncio.Protocol):
             self.server.paused.discard(self)
             self.gate.release(BUDGET)
 
-    async def _store(self, batch: fp.EventBatch, size: int) -> None:
-        server = self.server
-        try:
-            tag = batch.tag
-            if self.config.add_tag_prefix:
-                tag = f"{self.config.add_tag_prefix}.{tag}"
-            entries = batch.entries
-            extra = self._extra
-            if extra and batch.size:
-                entries = fp.add_record_keys(entries, extra)
-            segment = server.runtime.router.segment_for(tag, self.config.segment)
-            chunk = batch.chunk
-            option: dict[str, Any] = {**batch.option, "source": "forward", "peer": self.peer}
-            pieces = fp.split_entries(entries, self.store.config.max_frame_size - _BATCH_OVERHEAD)
-            if len(pieces) == 1:
-                bodies = [encode_batch(tag, entries, {**option, "size": batch.size})]
-            else:
-                bodies = [encode_batch(tag, piece, {**option, "size": _count(piece)}) for piece in pieces]
-            key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
-            writer = WriterCondition(key=key, end=1) if key is not None else None
-            count, mode, nbytes = batch.size, batch.mode, len(entries)
-            del batch, entries, pieces  # while the store works, hold one copy of the data, not three
-            if count:
-                result = await self.store.append(segment, bodies, writer=writer)
-                duplicate = result.duplicate
-            elif chunk is not None:
-                duplicate = False  # nothing valid to store: ack so the client does not retry a hopeless chunk
-            else:
-                return
-            if duplicate:
-                server.metrics.duplicates.inc()
+    def _stored(self, future: asyncio.Future[AppendResult], chunk: str | bytes | None, count: int, mode: fp.Mode,
+                size: int) -> None:
+        """A batch's append is answered: count it and queue its ack (written with the others of this loop turn
+        by `_flush`), or close without an ack."""
+        self.pending.discard(future)
+        if future.cancelled():  # the hub stopping: the client resends what it heard no ack for
+            self.close()
+        elif (error := future.exception()) is not None:
+            self._refused(error)
+        else:
+            if future.result().duplicate:
+                self.server.metrics.duplicates.inc()
                 log.info("retried chunk acknowledged again, not stored", extra={"peer": self.peer})
             else:
-                server.metrics.batches.inc()
-                server.metrics.events.labels(mode.value).inc(count)
-                server.metrics.bytes.inc(nbytes)
-            if chunk is not None and self.transport is not None and not self.transport.is_closing():
-                self.transport.write(self.conn.send(fp.Ack(chunk)))  # type: ignore[union-attr]
-        except (StoreError, OSError) as e:
-            log.error("store refused a batch; no ack, closing: %s", e, extra={"peer": self.peer})
-            server.metrics.errors.labels("store").inc()
+                self._counted.append((mode, count, size))
+            if chunk is not None:
+                self._acks.append(chunk)
+        self.inflight -= size
+        self.server.inflight -= size
+        self.storing -= 1
+        # The appends of a commit group are answered together, in the order made, their callbacks queued one
+        # after the other: the last of them writes every ack at once, in this pass of the loop (a call_soon
+        # would wait for the next pass, behind whatever the sockets brought meanwhile, and delay the acks by
+        # that). The oldest append not yet seen here tells: answered, its callback is still to come and
+        # flushes. (A flush too many is harmless; none would strand acks, and the oldest never does that.)
+        order = self._order
+        while order and order[0] not in self.pending:
+            order.popleft()
+        if not (order and order[0].done()):
+            self._flush()
+
+    def _refused(self, error: BaseException) -> None:
+        if isinstance(error, StoreError | OSError):
+            log.error("store refused a batch; no ack, closing: %s", error, extra={"peer": self.peer})
+            self.server.metrics.errors.labels("store").inc()
+        else:  # a bug: the client must not wait for an ack that never comes on a live connection
+            log.error("storing a batch failed; no ack, closing", exc_info=error, extra={"peer": self.peer})
+            self.server.metrics.errors.labels("internal").inc()
+        self.close()
+
+    def _settled(self, size: int) -> None:
+        self.inflight -= size
+        self.server.inflight -= size
+        self.storing -= 1
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """The acks of every batch answered since the last flush in one write, their counts in one update each,
+        and reading resumed if the budget has room."""
+        self._flush_pending = False
+        server = self.server
+        if self._counted:
+            metrics = server.metrics
+            events: dict[fp.Mode, int] = {}
+            nbytes = 0
+            for mode, count, size in self._counted:
+                events[mode] = events.get(mode, 0) + count
+                nbytes += size
+            metrics.batches.inc(len(self._counted))
+            metrics.bytes.inc(nbytes)
+            for mode, count in events.items():
+                metrics.events_of(mode).inc(count)
+            self._counted.clear()
+        if self._acks:
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(self.conn.send_acks(self._acks))  # type: ignore[union-attr]
+            self._acks.clear()
+        if self.eof and not self.storing:  # the last one after the client's EOF
             self.close()
-        except Exception:  # a bug: the client must not wait for an ack that never comes on a live connection
-            log.exception("storing a batch failed; no ack, closing", extra={"peer": self.peer})
-            server.metrics.errors.labels("internal").inc()
-            self.close()
-        finally:
-            self.inflight -= size
-            server.inflight -= size
-            self.storing -= 1
-            if self.eof and not self.storing:  # the last one after the client's EOF
-                self.close()
-            self.resume_if_under()
-            if server.paused and server.inflight <= self.config.max_total_inflight_bytes * _READ_PAUSED_BELOW:
-                for conn in list(server.paused):  # the listener's budget has room again
-                    conn.resume_if_under()
+        self.resume_if_under()
+        if server.paused and server.inflight <= self.config.max_total_inflight_bytes * _READ_PAUSED_BELOW:
+            for conn in list(server.paused):  # the listener's budget has room again
+                conn.resume_if_under()
 
 
-def _count(entries: bytes) -> int:
+def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: dict[str, str],
+                max_frame_size: int) -> tuple[list[Buffer], int]:
+    """The store frames of a received batch, as the buffers the store writes (the entries a view of the bytes
+    received: no copy), and how many: one stored PackedForward body (several when it is larger than the store's
+    max_frame_size), each behind its frame header."""
+    entries: bytes | memoryview = batch.entries
+    if extra:
+        entries = fp.add_record_keys(entries, extra)
+    pieces = fp.split_entries(entries, max_frame_size - _BATCH_OVERHEAD)
+    parts: list[Buffer] = []
+    for piece in pieces:
+        head = batch_head(tag, len(piece))
+        packed = pack_option({**option, "size": batch.size if len(pieces) == 1 else _count(piece)})
+        body_size = len(head) + len(piece) + len(packed)
+        if body_size > max_frame_size:
+            raise StoreLimitExceeded(f"event of {body_size} bytes (tag {tag!r}) exceeds max_frame_size "
+                                     f"{max_frame_size}")
+        parts += (_FRAME_HEADER.pack(_EVENT, body_size), head, piece, packed)
+    return parts, len(pieces)
+
+
+def _count(entries: bytes | memoryview) -> int:
     return fp.scan_entries(entries)[1]
 
 

@@ -30,11 +30,17 @@ SOURCE = "logjam"
 # packs as batch.py's packer does (encode_batch, the reference for stored_body)
 _packer = msgpack.Packer(use_bin_type=True, autoreset=True, unicode_errors="surrogateescape")
 
+# A message taken: (stored body, tag, app-env, topic, body as sent, compression, the meta's created_ms or 0),
+# what the store append and the publisher need, as a tuple (a batch makes thousands of them).
+Taken = tuple[bytes, str, bytes, bytes, bytes, int, int]
+
 _pack_body: Callable[[bytes], tuple[bytes, str | None, int | float | None] | None] | None
+_accept_batch: Callable[[list[tuple[list[bytes], str]], bool, int, str, int], list[Taken | None]] | None
 try:
+    from logport.protocols._logjam_scan import accept_batch as _accept_batch
     from logport.protocols._logjam_scan import pack_body as _pack_body
 except ImportError:  # installed without a C compiler: bodies are decoded in Python
-    _pack_body = None
+    _pack_body = _accept_batch = None
 
 
 def receive_message(sock: zmq.Socket[bytes]) -> tuple[list[bytes], zmq.Frame]:
@@ -87,6 +93,11 @@ class Accepted:
     json: bytes  # the decompressed body
     stored: bytes  # the stored batch body
 
+    def taken(self) -> Taken:
+        m = self.message
+        created_ms = m.meta.created_ms if m.meta is not None else 0
+        return self.stored, self.tag, m.app_env, m.topic, m.body, m.compression, created_ms
+
 
 class MessageDecoder:
     """Turns a DataMessage into its stored batch, or raises InvalidMessage / LimitExceeded."""
@@ -96,6 +107,14 @@ class MessageDecoder:
         self._names: dict[tuple[bytes, bytes], tuple[str, str, str]] = {}  # (app-env, topic) -> str forms, tag
         # (tag, peer, app-env, topic, received_on) -> the packed pieces of a stored body that repeat
         self._pieces: dict[tuple[str, str, str, str, str], tuple[bytes, bytes, bytes]] = {}
+
+    def take_batch(self, batch: list[tuple[list[bytes], str]], router: bool, received_on: str) -> list[Taken | None]:
+        """A batch of (frames, peer) from a ROUTER (routing id first) or PULL socket in one C pass: each message's
+        Taken, or None where the Python path (read_*_message, then `accept`) must decide, which is every
+        message when the C extension is not built. What the C pass takes is what that path would make."""
+        if _accept_batch is None:
+            return [None] * len(batch)
+        return _accept_batch(batch, router, self.limit, received_on, int(time.time() * 1000))
 
     def accept(self, message: DataMessage, peer: str, received_on: str) -> Accepted:
         meta = message.meta
@@ -169,6 +188,11 @@ def log_invalid(metrics: LogjamMetrics, error: ProtocolError, peer: str, socket:
     if throttled is None:
         throttled = metrics.invalid_logs[reason] = ThrottledLog(log)
     throttled.warning("invalid logjam message", peer=peer, socket=socket, reason=reason, error=str(error))
+
+
+async def store_taken(runtime: Runtime, default_segment: str, taken: list[Taken]) -> None:
+    """Append every taken message (one stored event each) durably, grouped per routed segment."""
+    await runtime.append_routed(default_segment, ((item[1], item[0], 1) for item in taken))
 
 
 async def store_accepted(runtime: Runtime, default_segment: str, accepted: list[Accepted]) -> None:

@@ -7,6 +7,9 @@
  * is not a string, duplicate keys, invalid UTF-8, a key outside the BMP, an ext other than
  * EventTime, nesting deeper than MAX_DEPTH, a variant at Spark's size limit, bytes that are not
  * whole entries to the end) answers None and the Python path decides, as it did before.
+ * VariantColumn keeps the rows of many batches on one set of buffers, one take() per Arrow batch, and
+ * remembers the last top-level key set (Shape): a record with the same keys in the same order skips their
+ * sort, checks and hashing and, without nested maps, copies the metadata it had.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -169,9 +172,35 @@ static int valid_utf8(const unsigned char *p, size_t n, int bmp_only) {
 }
 
 typedef struct {
+    const unsigned char *key;
+    uint32_t len;
+    uint32_t index; /* its position in the msgpack map */
+    const unsigned char *value;
+} Field;
+
+/* The top-level key set of the last record whose top-level map took the full path: its keys as they came
+ * (bytes and lengths in msgpack order), the sorted order of their positions, and the metadata of those keys
+ * alone. A log record's keys mostly come in the same order every time: a record with the same keys, byte
+ * for byte and in the same order, takes the sorted order and ids (0..n-1: the top-level map's keys are the
+ * first a record's dictionary gets) from here, and, when no nested map adds keys, its metadata too; it
+ * skips the key validation, the sort, the duplicate check and the hash table. */
+typedef struct {
+    int valid;
+    uint32_t n;
+    uint32_t len[SMALL_MAP];
+    uint32_t order[SMALL_MAP];
+    Buf keys;     /* the key bytes, concatenated in msgpack order */
+    Buf metadata; /* the metadata of the n keys */
+} Shape;
+
+typedef struct {
     const unsigned char *end;
     Buf *out;
     Keys *keys;
+    Shape *shape;           /* NULL: no cache (encode_entries) */
+    const Field *pending;   /* a cached record's sorted top-level fields, not in `keys` yet */
+    uint32_t pending_n;
+    int shape_hit;          /* this record's top-level map took its keys from the shape */
 } Enc;
 
 /* The length of a str/bin/ext payload and where it starts; BAIL when it is not whole. */
@@ -269,12 +298,6 @@ static int encode_array(Enc *e, const unsigned char **pp, uint64_t n, int depth)
     return rc;
 }
 
-typedef struct {
-    const unsigned char *key;
-    uint32_t len;
-    const unsigned char *value;
-} Field;
-
 static int compare_fields(const void *a, const void *b) {
     const Field *x = a, *y = b;
     uint32_t n = x->len < y->len ? x->len : y->len;
@@ -302,11 +325,61 @@ static int read_str(const unsigned char **pp, const unsigned char *end, const un
     return 0;
 }
 
+/* Whether the fields (msgpack order) are the shape's keys, byte for byte, in the same order. */
+static int shape_matches(const Shape *shape, const Field *fields, uint64_t n) {
+    if (!shape->valid || shape->n != n)
+        return 0;
+    const unsigned char *at = shape->keys.data;
+    for (uint64_t i = 0; i < n; i++) {
+        if (fields[i].len != shape->len[i] || memcmp(fields[i].key, at, fields[i].len) != 0)
+            return 0;
+        at += fields[i].len;
+    }
+    return 1;
+}
+
+static int write_metadata(Buf *meta, const Keys *k);
+
+/* Keep a top-level key set that took the full path (fields sorted, keys holding exactly their ids). */
+static int shape_store(Shape *shape, const Field *sorted, uint64_t n, const Keys *keys) {
+    shape->valid = 0;
+    if (n > SMALL_MAP)
+        return 0;
+    const unsigned char *key[SMALL_MAP];
+    for (uint64_t i = 0; i < n; i++) {
+        key[sorted[i].index] = sorted[i].key;
+        shape->len[sorted[i].index] = sorted[i].len;
+        shape->order[i] = sorted[i].index;
+    }
+    shape->keys.len = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (put(&shape->keys, key[i], shape->len[i]))
+            return FAIL;
+    }
+    shape->metadata.len = 0;
+    if (write_metadata(&shape->metadata, keys))
+        return FAIL;
+    shape->n = (uint32_t)n;
+    shape->valid = 1;
+    return 0;
+}
+
+/* A nested map needs the dictionary: the cached top-level keys go in first, with their ids 0..n-1. */
+static int flush_pending(Enc *e) {
+    const Field *fields = e->pending;
+    e->pending = NULL;
+    for (uint32_t i = 0; i < e->pending_n; i++) {
+        if (key_id(e->keys, fields[i].key, fields[i].len) < 0)
+            return FAIL;
+    }
+    return 0;
+}
+
 static int encode_map(Enc *e, const unsigned char **pp, uint64_t n, int depth) {
     if (depth >= MAX_DEPTH || n > (uint64_t)(e->end - *pp))
         return BAIL;
     /* a log record's map is small: its arrays on the stack, not three mallocs per map per row */
-    Field small_fields[SMALL_MAP];
+    Field small_fields[SMALL_MAP], small_sorted[SMALL_MAP];
     uint32_t small_ids[SMALL_MAP];
     uint64_t small_offs[SMALL_MAP + 1];
     int heap = n > SMALL_MAP;
@@ -321,31 +394,55 @@ static int encode_map(Enc *e, const unsigned char **pp, uint64_t n, int depth) {
     for (uint64_t i = 0; i < n; i++) {
         const unsigned char *key;
         uint64_t len;
-        if (read_str(pp, e->end, &key, &len) || len > 0xFFFFFFFFu || !valid_utf8(key, len, 1)) {
+        if (read_str(pp, e->end, &key, &len) || len > 0xFFFFFFFFu) {
             rc = BAIL;
             goto done;
         }
         fields[i].key = key;
         fields[i].len = (uint32_t)len;
+        fields[i].index = (uint32_t)i;
         fields[i].value = *pp;
         if ((rc = skip_value(pp, e->end, depth + 1)))
             goto done;
     }
-    qsort(fields, n, sizeof(Field), compare_fields);
     int64_t max_id = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        if (i && compare_fields(&fields[i - 1], &fields[i]) == 0) {
-            rc = BAIL; /* a duplicate key: Python keeps the last */
-            goto done;
+    if (depth == 0 && e->shape != NULL && shape_matches(e->shape, fields, n)) {
+        /* the same keys as the shape's: valid, distinct, and sorted as its order says */
+        for (uint64_t i = 0; i < n; i++) {
+            small_sorted[i] = fields[e->shape->order[i]];
+            ids[i] = (uint32_t)i;
         }
-        int64_t id = key_id(e->keys, fields[i].key, fields[i].len);
-        if (id < 0) {
-            rc = FAIL;
+        fields = small_sorted; /* n <= SMALL_MAP: heap is 0, nothing to free */
+        max_id = n ? (int64_t)n - 1 : 0;
+        e->pending = small_sorted;
+        e->pending_n = (uint32_t)n;
+        e->shape_hit = 1;
+    } else {
+        if (e->pending && (rc = flush_pending(e)))
             goto done;
+        for (uint64_t i = 0; i < n; i++) {
+            if (!valid_utf8(fields[i].key, fields[i].len, 1)) {
+                rc = BAIL;
+                goto done;
+            }
         }
-        ids[i] = (uint32_t)id;
-        if (id > max_id)
-            max_id = id;
+        qsort(fields, n, sizeof(Field), compare_fields);
+        for (uint64_t i = 0; i < n; i++) {
+            if (i && compare_fields(&fields[i - 1], &fields[i]) == 0) {
+                rc = BAIL; /* a duplicate key: Python keeps the last */
+                goto done;
+            }
+            int64_t id = key_id(e->keys, fields[i].key, fields[i].len);
+            if (id < 0) {
+                rc = FAIL;
+                goto done;
+            }
+            ids[i] = (uint32_t)id;
+            if (id > max_id)
+                max_id = id;
+        }
+        if (depth == 0 && e->shape != NULL && (rc = shape_store(e->shape, fields, n, e->keys)))
+            goto done;
     }
     size_t start = e->out->len;
     for (uint64_t i = 0; i < n && !rc; i++) {
@@ -585,78 +682,240 @@ static int push_offset(Buf *offsets, size_t value) {
     return put(offsets, &v, 4);
 }
 
-static PyObject *encode_entries(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    const unsigned char *p = view.buf, *end = p + view.len;
-    Buf values = {0}, value_offsets = {0}, metas = {0}, meta_offsets = {0}, times = {0};
-    Keys keys = {0};
-    Enc e = {end, &values, &keys};
-    Py_ssize_t count = 0;
-    int rc = push_offset(&value_offsets, 0);
-    if (!rc)
-        rc = push_offset(&meta_offsets, 0);
-    Py_BEGIN_ALLOW_THREADS
+/* The VARIANT column buffers that entries are encoded onto, and what a record's encoding reuses. */
+typedef struct {
+    Buf values, value_offsets, metas, meta_offsets; /* offsets: int32, a leading 0 */
+    Py_ssize_t rows;
+    Keys keys;
+    Shape shape;
+} Column;
+
+static int column_init(Column *c) {
+    memset(c, 0, sizeof(*c));
+    return push_offset(&c->value_offsets, 0) || push_offset(&c->meta_offsets, 0) ? FAIL : 0;
+}
+
+static void column_free(Column *c) {
+    free(c->values.data);
+    free(c->value_offsets.data);
+    free(c->metas.data);
+    free(c->meta_offsets.data);
+    free(c->keys.key);
+    free(c->keys.len);
+    free(c->keys.slots);
+    free(c->shape.keys.data);
+    free(c->shape.metadata.data);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Every `[EventTime, record]` entry of [p, end) onto the column (rows, and times as int64 nanoseconds onto
+ * `times`); 0, BAIL or FAIL. On BAIL or FAIL the rows written so far stay: the caller cuts them off. */
+static int encode_into(Column *c, const unsigned char *p, const unsigned char *end, Buf *times, Py_ssize_t *count) {
+    Enc e = {end, &c->values, &c->keys, &c->shape, NULL, 0, 0};
+    int rc = 0;
     while (!rc && p < end) {
         /* [EventTime, record]: fixarray of 2, fixext8 or ext8 of type 0 */
-        if (end - p < 11 || p[0] != 0x92) {
-            rc = BAIL;
-            break;
-        }
+        if (end - p < 11 || p[0] != 0x92)
+            return BAIL;
         const unsigned char *t = p + 1;
-        if (t[0] == 0xd7 && t[1] == 0) {
+        if (t[0] == 0xd7 && t[1] == 0)
             t += 2;
-        } else if (t[0] == 0xc7 && end - t >= 11 && t[1] == 8 && t[2] == 0) {
+        else if (t[0] == 0xc7 && end - t >= 11 && t[1] == 8 && t[2] == 0)
             t += 3;
-        } else {
-            rc = BAIL;
-            break;
-        }
-        if (end - t < 8) {
-            rc = BAIL;
-            break;
-        }
+        else
+            return BAIL;
+        if (end - t < 8)
+            return BAIL;
         int64_t ns = (int64_t)be(t, 4) * 1000000000LL + (int64_t)be(t + 4, 4);
         p = t + 8;
-        size_t value_start = values.len, meta_start = metas.len;
-        keys_clear(&keys);
+        size_t value_start = c->values.len, meta_start = c->metas.len;
+        keys_clear(&c->keys);
+        e.pending = NULL;
+        e.shape_hit = 0;
         if ((rc = encode_value(&e, &p, 0)))
             break;
-        if ((rc = write_metadata(&metas, &keys)))
+        if (e.shape_hit && e.pending) /* no nested map added keys: the shape's metadata is this record's */
+            rc = put(&c->metas, c->shape.metadata.data, c->shape.metadata.len);
+        else
+            rc = write_metadata(&c->metas, &c->keys);
+        if (rc)
             break;
-        if (values.len - value_start >= SIZE_LIMIT || metas.len - meta_start >= SIZE_LIMIT) {
-            rc = BAIL; /* Python keeps such a record in `raw` */
+        if (c->values.len - value_start >= SIZE_LIMIT || c->metas.len - meta_start >= SIZE_LIMIT)
+            return BAIL; /* Python keeps such a record in `raw` */
+        if ((rc = push_offset(&c->value_offsets, c->values.len)) || (rc = push_offset(&c->meta_offsets, c->metas.len)) ||
+            (rc = put(times, &ns, 8)))
             break;
-        }
-        if ((rc = push_offset(&value_offsets, values.len)) || (rc = push_offset(&meta_offsets, metas.len)) ||
-            (rc = put(&times, &ns, 8)))
-            break;
-        count++;
+        (*count)++;
     }
+    return rc;
+}
+
+static PyObject *column_bytes(const Buf *b) {
+    return PyBytes_FromStringAndSize(b->data ? (const char *)b->data : "", (Py_ssize_t)b->len);
+}
+
+/* (count, values, value_offsets, metadata, metadata_offsets) of the column's rows. */
+static PyObject *column_tuple(const Column *c) {
+    PyObject *values = column_bytes(&c->values), *value_offsets = column_bytes(&c->value_offsets);
+    PyObject *metas = column_bytes(&c->metas), *meta_offsets = column_bytes(&c->meta_offsets);
+    PyObject *result = NULL;
+    if (values && value_offsets && metas && meta_offsets)
+        result = Py_BuildValue("(nOOOO)", c->rows, values, value_offsets, metas, meta_offsets);
+    Py_XDECREF(values);
+    Py_XDECREF(value_offsets);
+    Py_XDECREF(metas);
+    Py_XDECREF(meta_offsets);
+    return result;
+}
+
+/* Encode `entries` onto the column; the times bytes, or None (nothing added) when Python must decide. */
+static PyObject *column_add(Column *c, PyObject *entries) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(entries, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t values = c->values.len, value_offsets = c->value_offsets.len, metas = c->metas.len,
+           meta_offsets = c->meta_offsets.len;
+    Buf times = {0};
+    Py_ssize_t count = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = encode_into(c, view.buf, (const unsigned char *)view.buf + view.len, &times, &count);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyObject *result = NULL;
-    if (rc == BAIL) {
-        result = Py_NewRef(Py_None);
-    } else if (rc == FAIL) {
-        PyErr_NoMemory();
+    if (rc) {
+        c->values.len = values;
+        c->value_offsets.len = value_offsets;
+        c->metas.len = metas;
+        c->meta_offsets.len = meta_offsets;
+        if (rc == BAIL)
+            result = Py_NewRef(Py_None);
+        else
+            PyErr_NoMemory();
     } else {
-#define DATA(buf) ((buf).data ? (const char *)(buf).data : ""), (Py_ssize_t)(buf).len
-        result = Py_BuildValue("(ny#y#y#y#y#)", count, DATA(times), DATA(values), DATA(value_offsets), DATA(metas),
-                               DATA(meta_offsets));
-#undef DATA
+        c->rows += count;
+        result = column_bytes(&times);
     }
-    free(values.data);
-    free(value_offsets.data);
-    free(metas.data);
-    free(meta_offsets.data);
     free(times.data);
-    free(keys.key);
-    free(keys.len);
-    free(keys.slots);
     return result;
 }
+
+static PyObject *encode_entries(PyObject *self, PyObject *args) {
+    PyObject *entries;
+    if (!PyArg_ParseTuple(args, "O", &entries))
+        return NULL;
+    Column c;
+    if (column_init(&c)) {
+        column_free(&c);
+        return PyErr_NoMemory();
+    }
+    PyObject *times = column_add(&c, entries), *result = NULL;
+    if (times == Py_None) {
+        result = times;
+    } else if (times != NULL) {
+        PyObject *columns = column_tuple(&c);
+        if (columns != NULL) {
+            PyObject *values, *value_offsets, *metas, *meta_offsets;
+            Py_ssize_t n;
+            if (PyArg_ParseTuple(columns, "nOOOO", &n, &values, &value_offsets, &metas, &meta_offsets))
+                result = Py_BuildValue("(nOOOOO)", n, times, values, value_offsets, metas, meta_offsets);
+            Py_DECREF(columns);
+        }
+        Py_DECREF(times);
+    }
+    column_free(&c);
+    return result;
+}
+
+typedef struct {
+    PyObject_HEAD
+    Column column;
+    int busy; /* add() runs without the GIL: a second thread on the same column is refused */
+} VariantColumn;
+
+static int VariantColumn_init(VariantColumn *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":VariantColumn", kwlist))
+        return -1;
+    column_free(&self->column);
+    if (column_init(&self->column)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void VariantColumn_dealloc(VariantColumn *self) {
+    column_free(&self->column);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int VariantColumn_enter(VariantColumn *self) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "VariantColumn is in use by another thread");
+        return -1;
+    }
+    if (self->column.value_offsets.len == 0) { /* not initialised (a subclass that skipped __init__) */
+        PyErr_SetString(PyExc_RuntimeError, "VariantColumn was not initialised");
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+static PyObject *VariantColumn_add(VariantColumn *self, PyObject *entries) {
+    if (VariantColumn_enter(self))
+        return NULL;
+    PyObject *result = column_add(&self->column, entries);
+    self->busy = 0;
+    return result;
+}
+
+static PyObject *VariantColumn_take(VariantColumn *self, PyObject *unused) {
+    if (VariantColumn_enter(self))
+        return NULL;
+    Column *c = &self->column;
+    PyObject *result = column_tuple(c);
+    if (result != NULL) {
+        c->rows = 0;
+        c->values.len = c->metas.len = 0;
+        c->value_offsets.len = c->meta_offsets.len = 4; /* the leading 0 */
+    }
+    self->busy = 0;
+    return result;
+}
+
+static PyObject *VariantColumn_rows(VariantColumn *self, void *closure) { return PyLong_FromSsize_t(self->column.rows); }
+
+static PyMethodDef VariantColumn_methods[] = {
+    {"add", (PyCFunction)VariantColumn_add, METH_O,
+     "add(entries) -> times or None.\n\n"
+     "Every `[EventTime, record]` entry's record as a VARIANT row of the column; returns their times (int64\n"
+     "nanoseconds), or None, adding nothing, when the Python path must decide."},
+    {"take", (PyCFunction)VariantColumn_take, METH_NOARGS,
+     "take() -> (count, values, value_offsets, metadata, metadata_offsets): the rows added since the last\n"
+     "take, as Arrow binary buffers (int32 offsets); the column is empty after it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef VariantColumn_getset[] = {
+    {"rows", (getter)VariantColumn_rows, NULL, "rows added since the last take()", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject VariantColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "logport.spark._variant_encode.VariantColumn",
+    .tp_basicsize = sizeof(VariantColumn),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "VARIANT column buffers that the records of many batches' entries are encoded onto, one take()\n"
+              "per Arrow batch; a run of records with the same top-level keys shares their sort and metadata.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)VariantColumn_init,
+    .tp_dealloc = (destructor)VariantColumn_dealloc,
+    .tp_methods = VariantColumn_methods,
+    .tp_getset = VariantColumn_getset,
+};
 
 static PyMethodDef methods[] = {
     {"encode_entries", encode_entries, METH_VARARGS,
@@ -668,4 +927,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_variant_encode", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__variant_encode(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__variant_encode(void) {
+    if (PyType_Ready(&VariantColumnType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "VariantColumn", (PyObject *)&VariantColumnType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -33,9 +33,9 @@ from logport.spark.variant import VARIANT_TYPE, VariantEncoder, VariantTooLarge,
 from logport.store import frames
 
 try:  # the C pass (setup.py builds it; without a compiler the Python path does the same, slower)
-    from logport.spark._variant_encode import encode_entries
+    from logport.spark._variant_encode import VariantColumn, encode_entries
 except ImportError:  # pragma: no cover
-    encode_entries = None
+    VariantColumn = encode_entries = None
 
 log = logging.getLogger("logport.spark")
 
@@ -222,6 +222,22 @@ def _codec_entries(entries: bytes) -> tuple[list[int], list[Any], list[Any] | No
     return [e.time_ns for e in parsed], [e.record for e in parsed], metas if any(metas) else None
 
 
+_OPTION_ENTRY = b"\x92\xd7\x00" + bytes(8)  # [EventTime 0, ...]: an option packed again, as the C pass's one entry
+
+
+def encode_option(option: dict[str, Any], encoder: VariantEncoder) -> tuple[bytes, bytes]:
+    """A frame's option as a VARIANT (value, metadata): packed again and through the C pass (a tenth of the
+    Python encoder's time), or by `encoder` when the C pass declines it or is absent; the same bytes."""
+    if encode_entries is not None:
+        try:
+            encoded = encode_entries(_OPTION_ENTRY + msgpack.packb(option, use_bin_type=True))
+        except (TypeError, ValueError, OverflowError):  # not msgpack as it is (an ExtType's tuple, ...)
+            encoded = None
+        if encoded is not None:
+            return encoded[2], encoded[4]  # one row: the whole value and metadata buffers
+    return encoder.encode(option)
+
+
 _INDEXES = array.array("i", range(1 << 16))  # 0, 1, 2, ...: a frame's `index` column is a slice of it
 
 
@@ -258,6 +274,9 @@ class ColumnBuilder:
         self.layout = layout or Layout()
         self.schema = self.layout.arrow_schema()
         self._encoder = VariantEncoder()
+        # the C pass: the records of a batch's frames go onto one set of column buffers (one Arrow array per
+        # batch, no concatenation); it keeps what records with the same keys share across batches
+        self._column = VariantColumn() if VariantColumn is not None and self.layout.variant else None
         self._clear()
 
     def _clear(self) -> None:
@@ -274,6 +293,7 @@ class ColumnBuilder:
         self.meta: list[Any] = []
         self.option: list[Any] = []
         self.chunks: dict[str, list[pa.Array]] = {"record": [], "meta": [], "option": []}
+        self._meta_nulls = 0  # meta rows of null since the last chunk of meta (frames without v1.5 meta)
         self.raw: list[bytes | None] = []
         self.fields: list[list[Any]] = [[] for _ in self.layout.fields]
         self._meta_all_none = True
@@ -287,10 +307,10 @@ class ColumnBuilder:
             self._add_opaque(offset, body)
             return 1
         variant = self.layout.variant
-        if variant and not self.layout.fields and encode_entries is not None:
-            encoded = encode_entries(batch.entries)  # the C pass: None when the Python path must decide
-            if encoded is not None:
-                return self._add_encoded(offset, batch.tag, batch.option, encoded)
+        if variant and not self.layout.fields and self._column is not None:
+            times = self._column.add(batch.entries)  # the C pass: None when the Python path must decide
+            if times is not None:
+                return self._add_encoded(offset, batch.tag, batch.option, times)
         try:
             times, records, metas = _split_items(_unpack_entries(batch.entries, batch.size))
             values: list[Any] = self._variants(records) if variant else list(map(dumps_record, records))
@@ -316,10 +336,12 @@ class ColumnBuilder:
                 self._raw_all_none = False
         self.raw.extend(raw)
         if variant:
-            self.chunks["record"].append(_variant_pairs(values))
-            self.option_runs.add(self._encoder.encode(batch.option), n)
-            self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE) if metas is None else _variant_pairs(
-                [self._encoder.encode(m) if m else None for m in metas]))
+            self._add_record_chunk(_variant_pairs(values))
+            self.option_runs.add(encode_option(batch.option, self._encoder), n)
+            if metas is None:
+                self._meta_nulls += n
+            else:
+                self._add_meta_chunk(_variant_pairs([self._encoder.encode(m) if m else None for m in metas]))
         else:
             self.record.extend(values)
             self.option.extend([dumps_json(batch.option)] * n)
@@ -334,20 +356,34 @@ class ColumnBuilder:
         self.rows += n
         return n
 
-    def _add_encoded(self, offset: int, tag: str, option: dict[str, Any], encoded: tuple[Any, ...]) -> int:
-        """The rows of a frame whose entries the C pass turned into VARIANT column buffers."""
-        n, times, values, value_offsets, metadata, metadata_offsets = encoded
+    def _add_encoded(self, offset: int, tag: str, option: dict[str, Any], times: bytes) -> int:
+        """The rows of a frame whose records the C pass added to its column (`times`: their int64 times)."""
+        n = len(times) // 8
         if n == 0:
             return 0
         source = option.get("source")
         self._add_runs(offset, n, tag, source)
         self.time_ns.frombytes(times)
         self.raw.extend([None] * n)
-        self.chunks["record"].append(_variant_buffers(n, values, value_offsets, metadata, metadata_offsets))
-        self.option_runs.add(self._encoder.encode(option), n)
-        self.chunks["meta"].append(pa.nulls(n, VARIANT_TYPE))
+        self.option_runs.add(encode_option(option, self._encoder), n)
+        self._meta_nulls += n
         self.rows += n
-        return int(n)
+        return n
+
+    def _flush_column(self) -> None:
+        """The C pass's rows so far become a chunk of `record`, before a chunk from elsewhere follows them."""
+        if self._column is not None and self._column.rows:
+            self.chunks["record"].append(_variant_buffers(*self._column.take()))
+
+    def _add_record_chunk(self, chunk: pa.Array) -> None:
+        self._flush_column()
+        self.chunks["record"].append(chunk)
+
+    def _add_meta_chunk(self, chunk: pa.Array) -> None:
+        if self._meta_nulls:
+            self.chunks["meta"].append(pa.nulls(self._meta_nulls, VARIANT_TYPE))
+            self._meta_nulls = 0
+        self.chunks["meta"].append(chunk)
 
     def _add_runs(self, offset: int, n: int, tag: Any, source: Any) -> None:
         """The columns one frame's n rows share: offset, tag, source; and index 0..n-1."""
@@ -375,8 +411,9 @@ class ColumnBuilder:
         columns: list[list[Any]] = [self.record, self.meta, self.option, *self.fields]
         for column in columns:
             column.append(None)
-        for name in ("record", "meta"):
-            self.chunks[name].append(pa.nulls(1, VARIANT_TYPE))
+        if self.layout.variant:
+            self._add_record_chunk(pa.nulls(1, VARIANT_TYPE))
+            self._meta_nulls += 1
         self.option_runs.add(None, 1)
         self.raw.append(bytes(body))
         self._raw_all_none = False
@@ -386,9 +423,15 @@ class ColumnBuilder:
         if self.layout.variant:
             if name == "option":
                 return self.option_runs.array(VARIANT_TYPE, _variant_struct)
+            if name == "record":
+                self._flush_column()
+            elif self._meta_nulls and self.chunks["meta"]:
+                self._add_meta_chunk(pa.nulls(0, VARIANT_TYPE))  # the null rows since the last meta
             chunks = self.chunks[name]
-            if all(c.null_count == len(c) for c in chunks):  # no meta in any frame: no concatenation
-                return pa.nulls(sum(len(c) for c in chunks), VARIANT_TYPE)
+            if name == "meta" and not chunks:  # no meta in any frame: one null array
+                return pa.nulls(self._meta_nulls, VARIANT_TYPE)
+            if len(chunks) == 1:  # the C pass's whole batch: no copy
+                return chunks[0]
             return pa.concat_arrays(chunks)
         n = len(values)
         return pa.nulls(n, pa.string()) if all_none else pa.array(values, pa.string())

@@ -9,11 +9,15 @@ themselves. Opened in the driver to plan and in each task to read.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
+import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from logport.errors import LogportError, RemoteProtocolError
@@ -21,6 +25,8 @@ from logport.store import frames
 from logport.store.files import ChunkReader
 from logport.store.identity import ensure_hub_identity
 from logport.store.reader import DirectoryReader
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -51,8 +57,19 @@ class DirectorySegments:
         self.reader = DirectoryReader(data_dir)
 
     def identity(self) -> str:
-        """The hub's identity; a directory no hub has served since identities came gets one now."""
-        return ensure_hub_identity(self.data_dir)
+        """The hub's identity. A directory no hub has served since identities came gets one now; one this
+        reader may not write to (read-only storage, a snapshot) is named after its path instead, with a
+        warning: a hub started on it later makes an identity of its own, and offsets kept under this one
+        (a streaming checkpoint) no longer match it."""
+        try:
+            return ensure_hub_identity(self.data_dir)
+        except OSError as e:
+            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+        identity = str(uuid.uuid5(uuid.NAMESPACE_URL, Path(self.data_dir).resolve().as_uri()))
+        log.warning(f"data directory {self.data_dir} has no hub identity and this reader cannot write one there "
+                    f"(read-only); it is named {identity} after its path: a hub started on it makes its own")
+        return identity
 
     def names(self) -> list[str]:
         return self.reader.segment_names()

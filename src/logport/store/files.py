@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import json
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -164,6 +165,39 @@ SPARE_PREFIX = "spare."  # spare.<n>.chunk: a chunk file written ahead (zeros) o
 SPARE_SUFFIX = ".chunk"
 _PREPARING = "spare.tmp"
 _ZEROS = bytes(1024 * 1024)
+_ZERO_PAGES: mmap.mmap | None = None  # 1 MiB of zeros, page-aligned, for O_DIRECT writes
+
+
+def _write_zeros(path: Path, flags: int, size: int, stopping: Callable[[], bool]) -> int:
+    """Zeros from the file's current size up to `size`, synced; the size reached. Page by page through
+    O_DIRECT where the filesystem takes it: the device reads one buffer of zeros and the hub copies
+    nothing into the page cache (a buffered write of zeros costs the hub's CPU what the data's would)."""
+    global _ZERO_PAGES
+    fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+    direct = -1
+    try:
+        at = os.fstat(fd).st_size
+        if at % 4096 and at < size:  # the partial last page, buffered
+            at += os.pwrite(fd, _ZEROS[: min(size, at + 4096 - at % 4096) - at], at)
+        try:
+            direct = os.open(path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_DIRECT", 0))
+            if _ZERO_PAGES is None:
+                _ZERO_PAGES = mmap.mmap(-1, len(_ZEROS))  # anonymous: page-aligned zeros
+            out, zeros = direct, memoryview(_ZERO_PAGES)
+        except OSError:  # no O_DIRECT here (tmpfs)
+            out, zeros = fd, memoryview(_ZEROS)
+        whole = size - size % 4096 if out == direct else size
+        while at < whole and not stopping():
+            at += os.pwrite(out, zeros[: whole - at], at)
+        if whole <= at < size:  # a chunk_size that is no multiple of the page: its last bytes, buffered
+            at += os.pwrite(fd, _ZEROS[: size - at], at)
+        if at >= size:
+            os.fdatasync(fd)
+        return at
+    finally:
+        os.close(fd)
+        if direct >= 0:
+            os.close(direct)
 
 
 class ChunkFiles:
@@ -232,15 +266,7 @@ class ChunkFiles:
         if self.spares():
             return True
         tmp = self.seg_dir / _PREPARING
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            at = 0
-            while at < self.chunk_size and not self.stopping:
-                at += os.pwrite(fd, memoryview(_ZEROS)[: self.chunk_size - at], at)
-            if at >= self.chunk_size:
-                os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        at = _write_zeros(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.chunk_size, lambda: self.stopping)
         if at < self.chunk_size:
             tmp.unlink(missing_ok=True)
             return False
@@ -267,13 +293,5 @@ class ChunkFiles:
         return False
 
     def _fill(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            at = os.fstat(fd).st_size
-            if at >= self.chunk_size:
-                return
-            while at < self.chunk_size:
-                at += os.pwrite(fd, memoryview(_ZEROS)[: self.chunk_size - at], at)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        if path.stat().st_size < self.chunk_size:
+            _write_zeros(path, os.O_WRONLY, self.chunk_size, lambda: False)

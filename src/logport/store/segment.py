@@ -98,6 +98,7 @@ class Segment:
         self.files = ChunkFiles(seg_dir, config.chunk_size, config.spare_chunks)
         self.chunk_writer: ChunkWriter | None = None  # set up on open
         self._preparing: asyncio.Future[None] | None = None
+        self._prepared_for: int | None = None  # the active chunk for which the next was last written ahead
         self.writer_state = WriterState(name, config.writer_state_limit)
         self.end = 0  # readers see [start_offset, end): written, and fsync'd under fsync=always
         self._queue: list[PendingAppend] = []
@@ -182,9 +183,17 @@ class Segment:
         self._prepare_next()
 
     def _prepare_next(self) -> None:
-        """Write the next chunk ahead in a worker thread (store.prewrite_chunks), one at a time."""
-        if not self.config.prewrite_chunks or self._closing or (self._preparing and not self._preparing.done()):
+        """Write the next chunk ahead in a worker thread (store.prewrite_chunks), one at a time, once the
+        active chunk is a quarter full: a segment that gets a trickle keeps no chunk of zeros for long
+        beside it (one per segment at most, and only for a segment that will need it), and a busy one
+        has it before it rolls."""
+        assert self.chunk_writer is not None
+        base = self.chunk_writer.layout.base
+        if (not self.config.prewrite_chunks or self._closing or self._prepared_for == base
+                or self.end - base < self.config.chunk_size // 4
+                or (self._preparing and not self._preparing.done())):
             return
+        self._prepared_for = base
         self._preparing = asyncio.get_running_loop().run_in_executor(None, self._prepare_sync)
 
     def _prepare_sync(self) -> None:
@@ -319,7 +328,7 @@ class Segment:
         assert self.verified is not None
         if self.verified.last is not layout:  # the writer started a chunk: readers walk it from now on
             self.verified.set_last(layout)
-            self._prepare_next()
+        self._prepare_next()
         offset = iter(offsets)
         for group in groups:
             self.writer_state.settled(group)
@@ -382,7 +391,8 @@ class Segment:
         if offset == self.end and wait > 0 and not self.state.sealed and not self._closing:
             tail = self._tail
             try:
-                await asyncio.wait_for(tail.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await tail.wait()
             except TimeoutError:
                 pass
             if offset < self.state.start_offset:

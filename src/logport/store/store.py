@@ -205,6 +205,15 @@ class SegmentStore:
         """
         return await self._submit_in_order(name, [framed], writer, True, create)
 
+    def submit(self, name: str, parts: list[Buffer], *, writer: WriterCondition | None = None, multi: bool = True,
+               create: bool = True) -> asyncio.Future[AppendResult]:
+        """Queue whole frames given as buffers (the caller vouches for them, as for `append_framed`), without
+        the wait, for a caller that makes one future per append and no task (a Forward chunk): queued, or in
+        line behind the segment's creation (`create`), before this returns, so calls to one segment are
+        stored in their order. `multi`: the frames are one atomic group (a record marks them; not needed for
+        one frame without a writer). The future completes as `append` returns, or with what it raises."""
+        return self._submit_in_order(name, parts, writer, multi, create)
+
     def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                       writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
         """`append_framed` without the wait, for a caller that must not yield (a transport callback):
