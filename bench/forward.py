@@ -299,25 +299,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_missing_extensions(tree: Path) -> None:
-    """Compile the baseline's C extensions that baseline_tree could not copy from this tree (their C differs),
-    as setup.py builds them (-O2), so that the baseline runs with its own C, not with its Python fallback."""
-    import sysconfig
-
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()
-    for source in sorted((tree / "src" / "logport").rglob("_*.c")):
-        built = source.with_name(source.stem + suffix)
-        if built.exists():
-            continue
-        done = subprocess.run([*compiler, "-O2", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
-                               str(source), "-o", str(built)], check=False, capture_output=True, text=True)
-        if done.returncode:
-            print(f"# baseline: building {source.name} failed, it runs without it: {done.stderr.strip()[-300:]}")
-        else:
-            print(f"# baseline: built {built.name} from its own {source.name}")
-
-
 def run_beside_baseline(args: argparse.Namespace) -> int:
     """Logport's Forward ingest on this code and on `args.baseline`'s, each run in a process of its own (the
     hub, and the load generator's packing), order alternating between rounds; with the store alone at 64
@@ -332,7 +313,6 @@ def run_beside_baseline(args: argparse.Namespace) -> int:
            f"chunks of {args.events} events ({args.record_size}-byte records), window {args.window}, acks; "
            f"fsync=always; {work}")
     tree = baseline_tree(args.baseline, work)
-    build_missing_extensions(tree)
     codes = [("this", ""), (args.baseline, str(tree / "src"))]
     writers = args.connections * max(args.window, 1)
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}
