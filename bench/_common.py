@@ -97,6 +97,8 @@ def build_extension(source: Path, target: Path) -> bool:
     cc = (sysconfig.get_config_var("CC") or "cc").split()
     flags = (sysconfig.get_config_var("CFLAGS") or "").split()
     ldshared = (sysconfig.get_config_var("LDSHARED") or "cc -shared").split()[1:]
+    if not source.exists():
+        return False
     libraries = ["-lz"] if b"#include <zlib.h>" in source.read_bytes() else []  # as setup.py links logjam's
     command = [*cc, *flags, "-O2", "-fPIC", *ldshared, f"-I{sysconfig.get_paths()['include']}", str(source),
                "-o", str(target), *libraries]
