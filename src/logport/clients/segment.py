@@ -494,9 +494,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 async def _connect(host: str, port: int, on_message: Any, on_lost: Any, *, ssl: ssl_module.SSLContext | None,
                    timeout: float) -> _ClientProtocol:
     loop = asyncio.get_running_loop()
-    _, protocol = await asyncio.wait_for(
-        loop.create_connection(lambda: _ClientProtocol(on_message, on_lost), host, port, ssl=ssl), timeout
-    )
+    async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancellation (7511765)
+        _, protocol = await loop.create_connection(lambda: _ClientProtocol(on_message, on_lost), host, port, ssl=ssl)
     return protocol
 
 
@@ -862,7 +861,8 @@ class SegmentReader:
     async def _receive(self) -> sp.Message:
         while True:
             try:
-                item = await asyncio.wait_for(self._replies.get(), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    item = await self._replies.get()
             except TimeoutError:
                 raise TimeoutError(f"nothing from the segment server for {self.timeout}s") from None
             if isinstance(item, BaseException):

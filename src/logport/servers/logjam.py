@@ -351,7 +351,8 @@ class LogjamDevice:
             task.cancel()
         await asyncio.gather(*self._pumps, return_exceptions=True)
         try:
-            await asyncio.wait_for(self._pending.join(), max(timeout, 0.0))
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._pending.join()
         except TimeoutError:
             log.warning("logjam drain timed out", extra={"queued": self._pending.qsize()})
 
