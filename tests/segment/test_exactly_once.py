@@ -60,6 +60,10 @@ class HubProcess:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
 
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -85,6 +89,7 @@ async def test_exactly_once_across_sigkill_and_cut_connections(tmp_path: Path) -
     appended = 0
     done = asyncio.Event()
     unacked_at_kill: list[int] = []
+    hold_cuts = asyncio.Event()
 
     async def killer() -> None:
         for k in range(KILLS):
@@ -95,13 +100,21 @@ async def test_exactly_once_across_sigkill_and_cut_connections(tmp_path: Path) -
             if k % 2:
                 # stopped first: the blocks sent from now on reach a socket nobody reads, so the kill loses them
                 # for certain and the client must send them again (a kill while the hub runs may find it has
-                # stored everything it was sent: nothing to resend)
-                hub.stop()
-                sent_before = app._high_water
-                for _ in range(2000):
+                # stored everything it was sent: nothing to resend). No cut meanwhile: a client reconnecting to
+                # a stopped hub waits for its AppendSetup and sends nothing; then the hub runs on and stops again
+                hold_cuts.set()
+                for _ in range(20):
+                    hub.stop()
+                    sent_before = app._high_water
+                    for _ in range(500):
+                        if app._high_water > sent_before or done.is_set():
+                            break
+                        await asyncio.sleep(0.001)
                     if app._high_water > sent_before or done.is_set():
                         break
-                    await asyncio.sleep(0.001)
+                    hub.resume()
+                    await asyncio.sleep(0.05)
+                hold_cuts.clear()
             else:
                 for _ in range(200):  # kill mid-stream: while blocks are unacknowledged (acks come fast)
                     if app._unacked_bytes > 0 or done.is_set():
@@ -116,7 +129,8 @@ async def test_exactly_once_across_sigkill_and_cut_connections(tmp_path: Path) -
     async def cutter() -> None:
         while not done.is_set():
             await asyncio.sleep(rng.uniform(0.02, 0.3))
-            app.abort_connection()
+            if not hold_cuts.is_set():
+                app.abort_connection()
 
     tasks = [asyncio.create_task(killer()), asyncio.create_task(cutter())]
     try:
