@@ -312,7 +312,9 @@ async def test_output_ships_a_segment_to_another_server_and_commits(tmp_path: Pa
         async with running_hub(target_config) as target:
             records = await wait_for_records(target.runtime.store, "lumberjack", 41)
             batches = await stored_batches(target.runtime.store, "lumberjack")
-        await wait_for_checkpoint(source)
+            # with the target still up: the last window's ack may still be on its way when its events are stored
+            # (CI once stopped the target first, and the output resent that window to nobody)
+            await wait_for_checkpoint(source)
     assert [r.record["message"] for r in records] == [f"e{i}" for i in range(40)] + ["no timestamp"]
     assert [r.nanos for r in records[:40]] == list(range(40))
     assert batches[0].option["@metadata"] == meta
