@@ -279,12 +279,9 @@ class BlockingSegmentClient:
                         except errors.LogportError:  # an error reply (CorruptData...) ends the read; the frames
                             asked.pop(0)  # before it have gone out already
                             raise
-                        if not isinstance(received, sp.SegmentRead) or received.segment != name:
-                            raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
-                        if received.offset != offset + got:
-                            early[received.offset] = received
+                        reply = _in_place(received, name, offset + got, early)
+                        if reply is None:
                             continue
-                        reply = received
                     got += len(reply.data)
                     at_tail = reply.at_tail
                     if got >= length or at_tail:
@@ -490,6 +487,18 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.abort()
 
+
+def _in_place(received: sp.Message, segment: str, expected: int,
+              early: dict[int, sp.SegmentRead]) -> sp.SegmentRead | None:
+    """`received` when it is the reply a read of `segment` waits for at `expected`; None when it belongs to a
+    read asked for later (kept in `early` by its offset, until that read comes to it); anything else is the
+    server out of step with the reads asked for."""
+    if not isinstance(received, sp.SegmentRead) or received.segment != segment:
+        raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
+    if received.offset != expected:
+        early[received.offset] = received
+        return None
+    return received
 
 async def _connect(host: str, port: int, on_message: Any, on_lost: Any, *, ssl: ssl_module.SSLContext | None,
                    timeout: float) -> _ClientProtocol:
@@ -1020,12 +1029,9 @@ class SegmentReader:
                     reply = early.pop(at + got, None)
                     if reply is None:
                         received = await self._receive()
-                        if not isinstance(received, sp.SegmentRead) or received.segment != segment:
-                            raise sp.SegmentProtocolError(f"unexpected reply to ReadSegment: {received!r:.200}")
-                        if received.offset != at + got:
-                            early[received.offset] = received
+                        reply = _in_place(received, segment, at + got, early)
+                        if reply is None:
                             continue
-                        reply = received
                     got += len(reply.data)
                     at_tail = reply.at_tail
                     yield stitch.feed(reply.data)
