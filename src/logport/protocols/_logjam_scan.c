@@ -220,6 +220,26 @@ static int lj_inflate(z_stream *z, int *ready, const unsigned char *src, size_t 
     return rc == Z_STREAM_END && out->len <= limit ? 0 : -1;
 }
 
+/* A back-reference of snappy and lz4: `len` bytes from `off` back, byte by byte, as the two may overlap
+ * (a run); the caller has checked both against what is written and what is left. */
+static unsigned char *lj_copy_match(unsigned char *op, size_t off, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        op[i] = op[i - off];
+    return op + len;
+}
+
+/* An lz4 length of 15 goes on in bytes, each added, until one below 255; -1 if the input ends first. */
+static int lj_lz4_more(const unsigned char **ip, const unsigned char *iend, size_t *len) {
+    unsigned char b;
+    do {
+        if (*ip >= iend)
+            return -1;
+        b = *(*ip)++;
+        *len += b;
+    } while (b == 255);
+    return 0;
+}
+
 /* A raw snappy block; anything the reference decoder might answer differently is declined. */
 static int lj_unsnappy(const unsigned char *ip, size_t n, size_t limit, jp_buf *out) {
     const unsigned char *iend = ip + n;
@@ -280,9 +300,7 @@ static int lj_unsnappy(const unsigned char *ip, size_t n, size_t limit, jp_buf *
         }
         if (off == 0 || off > (size_t)(op - dst) || len > (size_t)(oend - op))
             return -1;
-        for (size_t i = 0; i < len; i++)
-            op[i] = op[i - off];
-        op += len;
+        op = lj_copy_match(op, off, len);
     }
     if (op != oend)
         return -1;
@@ -309,15 +327,8 @@ static int lj_unlz4(const unsigned char *ip, size_t n, size_t limit, jp_buf *out
             return -1;
         unsigned token = *ip++;
         size_t lit = token >> 4;
-        if (lit == 15) {
-            unsigned char b;
-            do {
-                if (ip >= iend)
-                    return -1;
-                b = *ip++;
-                lit += b;
-            } while (b == 255);
-        }
+        if (lit == 15 && lj_lz4_more(&ip, iend, &lit))
+            return -1;
         if (lit > (size_t)(iend - ip) || lit > (size_t)(oend - op))
             return -1;
         memcpy(op, ip, lit);
@@ -330,21 +341,12 @@ static int lj_unlz4(const unsigned char *ip, size_t n, size_t limit, jp_buf *out
         size_t off = ip[0] | ((size_t)ip[1] << 8);
         ip += 2;
         size_t len = token & 15;
-        if (len == 15) {
-            unsigned char b;
-            do {
-                if (ip >= iend)
-                    return -1;
-                b = *ip++;
-                len += b;
-            } while (b == 255);
-        }
+        if (len == 15 && lj_lz4_more(&ip, iend, &len))
+            return -1;
         len += 4;
         if (off == 0 || off > (size_t)(op - dst) || (size_t)(oend - op) < 12 || len > (size_t)(oend - op) - 5)
             return -1;
-        for (size_t i = 0; i < len; i++)
-            op[i] = op[i - off];
-        op += len;
+        op = lj_copy_match(op, off, len);
     }
     if (op != oend)
         return -1;
