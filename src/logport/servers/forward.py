@@ -145,7 +145,6 @@ class ForwardConnection(asyncio.Protocol):
     def __init__(self, server: ForwardServer) -> None:
         self.server = server
         self.config = server.config
-        self.store = server.runtime.store
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.conn: fp.ServerConnection | None = None
@@ -318,7 +317,7 @@ class ForwardConnection(asyncio.Protocol):
                 tag = f"{self.config.add_tag_prefix}.{tag}"
             key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
             parts, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
-                                         self._extra, self.store.config.max_frame_size)
+                                         self._extra, self.runtime.store.config.max_frame_size)
             future = self.runtime.submit_routed(self.config.segment, tag, parts,
                                                 WriterCondition(key=key, end=1) if key is not None else None, frames)
         except Exception as e:  # refused before it reached the store's queue
