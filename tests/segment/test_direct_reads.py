@@ -198,3 +198,50 @@ async def test_a_reply_whose_chunk_is_truncated_away_meanwhile_is_cut_off_with_t
             conn.next_event()
     finally:
         await hub.stop()
+
+
+async def test_chunks_before_the_last_are_walked_through_their_mapping_and_corruption_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = await open_store(tmp_path, chunk_size=MiB, max_frame_size=256 * 1024)
+    for _ in range(24):  # groups of 240 kB, four to a chunk
+        await store.append("s", bodies(4, 60_000))
+    bases = store.segment("s").reader.bases  # type: ignore[union-attr]
+    end = store.info("s").end_offset
+    await store.close()
+    assert len(bases) >= 4
+    seg_dir = tmp_path / SEGMENTS_DIR / "s"
+    stored = b"".join(chunk_path(seg_dir, base).read_bytes()[: stop - base]
+                      for base, stop in zip(bases, [*bases[1:], end], strict=True))
+    second = groups.walk_chunk(chunk_path(seg_dir, bases[1]).read_bytes()[: bases[2] - bases[1]], bases[1])
+    bad_start, bad_end = second.groups[1], second.groups[2]
+    with open(chunk_path(seg_dir, bases[1]), "r+b") as f:  # a bit of a group in the second chunk
+        f.seek(bad_start - bases[1] + groups.COMMIT_SIZE + 10)
+        byte = f.read(1)
+        f.seek(bad_start - bases[1] + groups.COMMIT_SIZE + 10)
+        f.write(bytes([byte[0] ^ 0x01]))
+    store = await open_store(tmp_path, chunk_size=MiB, max_frame_size=256 * 1024)
+    try:
+        preads: list[int] = []
+        reader = store.segment("s").reader
+        assert reader is not None
+        pread = reader.pread
+        monkeypatch.setattr(reader, "pread", lambda offset, n, stop: preads.append(n) or pread(offset, n, stop))
+        segment = store.segment("s")
+        offset = 0
+        while offset < bases[1]:  # the first chunk, walked through its mapping: no byte read by pread
+            read = await read_checked(segment, offset, 300_000)
+            assert isinstance(read.data, memoryview) and bytes(read.data) == stored[offset : offset + len(read.data)]
+            offset += len(read.data)
+        assert preads == []
+        sound = await read_checked(segment, bases[1], 10 * MiB)  # up to the corrupt group
+        assert bases[1] + len(sound.data) == bad_start and bytes(sound.data) == stored[bases[1] : bad_start]
+        with pytest.raises(CorruptData) as caught:
+            await read_checked(segment, bad_start, 10 * MiB)
+        assert (caught.value.start, caught.value.end) == (bad_start, bad_end)
+        offset = bad_end
+        while offset < end:
+            read = await read_checked(segment, offset, 300_000)
+            assert bytes(read.data) == stored[offset : offset + len(read.data)]
+            offset += len(read.data)
+    finally:
+        await store.close()

@@ -388,9 +388,14 @@ class VerifiedReads:
         n = min(max_bytes, stop - offset)
         if n <= 0:
             return b""
+        if self._kept_span(offset) is not None:
+            return self.read_view(offset, max_bytes, end, whole=False)
         layout = self.last if self.last is not None and self.last.base == base else self._layouts.get(base)
-        if (not isinstance(layout, groups.ChunkLayout) or layout.version != groups.VERSION or layout.corrupt
-                or self._kept_span(offset) is not None):
+        if layout is None or isinstance(layout, ChunkWalk):
+            next_base = self._next_base(base)
+            if next_base is not None:  # a chunk before the last that nobody has walked whole: walked here
+                layout = self._walk_mapped(base, next_base)
+        if not isinstance(layout, groups.ChunkLayout) or layout.version != groups.VERSION or layout.corrupt:
             return self.read_view(offset, max_bytes, end, whole=False)
         checked_start, checked_end = self._checked.get(base, (base, base))
         if not checked_start <= offset < checked_end:
@@ -414,17 +419,34 @@ class VerifiedReads:
         mapped = self._map(base, checked_end)
         return memoryview(mapped)[offset - base : offset - base + min(n, checked_end - offset)]
 
-    def _map(self, base: int, end: int) -> mmap.mmap:
+    def _walk_mapped(self, base: int, next_base: int) -> groups.ChunkLayout:
+        """The layout of the chunk before the last at `base`, walked whole through its mapping (every group
+        checked, nothing copied; a walk of reads copies each window out) and kept; its groups count as
+        checked (`_checked`) when none is corrupt."""
+        mapped = self._map(base, next_base, short=True)
+        with memoryview(mapped) as view:
+            # without search: a search for valid groups past a failing one works on a copy of the rest
+            layout = groups.walk_chunk(view[: next_base - base], base, search=False)
+        if layout.version != groups.VERSION or layout.end != next_base:  # v1, or not whole: walked as reads do
+            return self.layout(base, next_base)
+        self._forget(lambda start: base <= start < next_base)
+        self._keep(layout)
+        self._checked[base] = (base, layout.end)
+        return layout
+
+    def _map(self, base: int, end: int, short: bool = False) -> mmap.mmap:
         """The chunk file at `base` mapped (read only) at least to segment offset `end`: mapped again, to the
         file's size, when it has grown past the mapping. A file shorter than that is corrupt (the store
-        never shortens a chunk file it has committed to)."""
+        never shortens a chunk file it has committed to), unless `short` (a walk finds where it ends)."""
         mapped = self._maps.get(base)
         if mapped is None or len(mapped) < end - base:
             fd = os.open(chunk_path(self.chunks.seg_dir, base), os.O_RDONLY | os.O_CLOEXEC)
             try:
                 size = os.fstat(fd).st_size
-                if size < end - base:
+                if size < end - base and not short:
                     self._corrupt(base + size, end, base, "the file ends before the data it committed")
+                if size == 0:  # an empty chunk (a v1 one whose creation was cut short): nothing to map
+                    return mmap.mmap(-1, 1)
                 mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
             finally:
                 os.close(fd)  # the mapping keeps the file
