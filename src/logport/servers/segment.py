@@ -52,7 +52,11 @@ def keep_freed_memory() -> bool:
     served: a fifth of its CPU in a perf profile of catch-up (page faults, clear_page, unmap_page_range),
     none with these settings (hub CPU 2.01 -> 1.41 s for 2 GiB of 64 KiB events, load average 10). The
     append side reuses its buffers itself (_receivepool.py); a read's bytes are `bytes`, which it cannot.
-    Whether it took (False off glibc, where it does nothing)."""
+    Since read replies on plain TCP go from the chunk files' mappings (no `bytes`: _send_direct), the listener
+    sets this only when it speaks TLS, whose replies still are `bytes`: beside 344aad5 (this code without the
+    mallopt), bench segment's catch-up took 3,567 MB per hub CPU-second with it and 3,617 without, and the
+    appends 1,203-1,519 against 1,119-1,546 (load 4-5, 2026-11-26). Whether it took (False off glibc, where
+    it does nothing)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -119,7 +123,8 @@ class SegmentServer(TcpListener):
         self._trim_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        keep_freed_memory()
+        if self.config.tls.cert:  # only TLS connections' read replies are `bytes` (see keep_freed_memory)
+            keep_freed_memory()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: SegmentServerProtocol(self), self.config.bind, self.config.port,
