@@ -123,14 +123,15 @@ async def receive_all(sock: socket.socket, timeout: float = 10.0) -> bytes:
     return bytes(got)
 
 
-def replies(data: bytes) -> list[sp.Message]:
+def replies(data: bytes) -> tuple[list[sp.Message], sp.Connection]:
+    """The whole messages in `data`, and the connection that holds what follows them."""
     conn = sp.Connection(sp.Role.CLIENT)
     conn.receive_data(data)
     out = []
     while (event := conn.next_event()) is not sp.NEED_DATA:
         assert isinstance(event, sp.Message)
         out.append(event)
-    return out
+    return out, conn
 
 
 async def wait_for_full_socket(hub: Hub) -> listener.SegmentServerProtocol:
@@ -158,7 +159,7 @@ async def test_replies_made_while_a_read_reply_waits_for_the_socket_follow_it(tm
         # being sent (replies are whole messages: never within one)
         await loop.sock_sendall(sock, sp.encode(sp.KeepAlive(b"dropped")) + sp.encode(sp.ListSegments()))
         await asyncio.sleep(0.1)
-        got = replies(await receive_all(sock, timeout=1.0))
+        got, _ = replies(await receive_all(sock, timeout=1.0))
         sock.close()
         reads = [m for m in got if isinstance(m, sp.SegmentRead)]
         assert [m for m in got if not isinstance(m, sp.SegmentRead)] == [sp.SegmentList(("s",))]  # between replies
@@ -185,13 +186,9 @@ async def test_a_reply_whose_chunk_is_truncated_away_meanwhile_is_cut_off_with_t
         await store.truncate("s", second_chunk)  # the first chunk is dropped (its file recycled)
         got = await receive_all(sock)
         sock.close()
-        conn = sp.Connection(sp.Role.CLIENT)
-        conn.receive_data(got)
-        whole = []
-        while (event := conn.next_event()) is not sp.NEED_DATA:
-            assert isinstance(event, sp.SegmentRead)
-            whole.append(event)
-        sent = b"".join(bytes(m.data) for m in whole)
+        whole, conn = replies(got)
+        assert all(isinstance(m, sp.SegmentRead) for m in whole)
+        sent = b"".join(bytes(m.data) for m in whole if isinstance(m, sp.SegmentRead))
         assert len(sent) < second_chunk and expected.startswith(sent)  # what came before the cut is the stored bytes
         conn.receive_data(b"")
         with pytest.raises(errors.RemoteProtocolError):  # the stream ends in the middle of a reply

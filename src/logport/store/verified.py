@@ -23,7 +23,7 @@ import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from crc32c import crc32c
 
@@ -424,6 +424,8 @@ class VerifiedReads:
         checked, nothing copied; a walk of reads copies each window out) and kept; its groups count as
         checked (`_checked`) when none is corrupt."""
         mapped = self._map(base, next_base, short=True)
+        if mapped is None:  # an empty file
+            return self.layout(base, next_base)
         with memoryview(mapped) as view:
             # without search: a search for valid groups past a failing one works on a copy of the rest
             layout = groups.walk_chunk(view[: next_base - base], base, search=False)
@@ -434,10 +436,16 @@ class VerifiedReads:
         self._checked[base] = (base, layout.end)
         return layout
 
-    def _map(self, base: int, end: int, short: bool = False) -> mmap.mmap:
+    @overload
+    def _map(self, base: int, end: int) -> mmap.mmap: ...
+    @overload
+    def _map(self, base: int, end: int, short: bool) -> mmap.mmap | None: ...
+
+    def _map(self, base: int, end: int, short: bool = False) -> mmap.mmap | None:
         """The chunk file at `base` mapped (read only) at least to segment offset `end`: mapped again, to the
         file's size, when it has grown past the mapping. A file shorter than that is corrupt (the store
-        never shortens a chunk file it has committed to), unless `short` (a walk finds where it ends)."""
+        never shortens a chunk file it has committed to), unless `short` (a walk finds where it ends; None
+        for an empty file, which cannot be mapped)."""
         mapped = self._maps.get(base)
         if mapped is None or len(mapped) < end - base:
             fd = os.open(chunk_path(self.chunks.seg_dir, base), os.O_RDONLY | os.O_CLOEXEC)
@@ -445,8 +453,8 @@ class VerifiedReads:
                 size = os.fstat(fd).st_size
                 if size < end - base and not short:
                     self._corrupt(base + size, end, base, "the file ends before the data it committed")
-                if size == 0:  # an empty chunk (a v1 one whose creation was cut short): nothing to map
-                    return mmap.mmap(-1, 1)
+                if size == 0:  # an empty chunk (a v1 one whose creation was cut short)
+                    return None
                 mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
             finally:
                 os.close(fd)  # the mapping keeps the file
