@@ -19,15 +19,20 @@ from __future__ import annotations
 
 import bisect
 import collections
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, overload
 
 from crc32c import crc32c
 
 from logport.errors import CorruptData
 from logport.store import frames, groups
 from logport.store.files import ChunkReader, chunk_path
+
+if TYPE_CHECKING:
+    from logport.store.segment import Segment
 
 _LAYOUTS_KEPT = 8  # layouts of chunks other than the last
 _SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
@@ -42,6 +47,7 @@ WINDOW = 1024 * 1024  # bytes a walk reads at a time (at least a group): pread o
 
 PIECE = 2 * 1024 * 1024  # a read's span is held in pieces cut at multiples of this (segment offsets)
 _COMMIT_FIELDS = slice(frames.HEADER_SIZE, groups.COMMIT_SIZE - 4)  # a COMMIT frame's fields, before its crc (u32)
+_MAPS_KEPT = 4  # chunk files mapped for `checked_view`, the most recently read
 
 
 @dataclass(slots=True)
@@ -120,6 +126,8 @@ class VerifiedReads:
         self._ahead: dict[int, Span] = {}  # windows a walk of the last chunk checked, until a read takes them
         self._ahead_bytes = 0
         self._scratch: bytearray | None = None  # the windows of a walk that keeps nothing
+        self._maps: collections.OrderedDict[int, mmap.mmap] = collections.OrderedDict()  # base -> its file, mapped
+        self._checked: dict[int, tuple[int, int]] = {}  # base -> [start, end) checked through the mapping
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
         """The last chunk's layout from now on. The one before is kept when it is whole (it ends where the new
@@ -171,11 +179,15 @@ class VerifiedReads:
     def forget_below(self, base: int) -> None:
         for key in [k for k in self._layouts if k < base]:
             del self._layouts[key]
+        for key in [k for k in self._maps if k < base]:
+            del self._maps[key]  # unmapped once no view of it is left (a send in flight holds one)
         self._forget(lambda start: start < base)
 
     def _forget(self, which: Callable[[int], bool]) -> None:
         for start in [k for k in self._spans if which(k)]:
             del self._spans[start]
+        for chunk_base in [k for k in self._checked if which(k)]:
+            del self._checked[chunk_base]
         for start in [k for k in self._ahead if which(k)]:
             self._ahead_bytes -= len(self._ahead.pop(start))
 
@@ -362,22 +374,101 @@ class VerifiedReads:
             return data
         return memoryview(data)[offset - span_start : offset - span_start + n]
 
+    def checked_view(self, offset: int, max_bytes: int, end: int) -> bytes | memoryview:
+        """`read_view` (not whole) for a sender that copies nothing itself: where the chunk's groups are known
+        (the store's writer's layouts, and chunks walked whole) the bytes are a view of the chunk file mapped
+        into memory, checked there (CRC32C over the mapping, no copy) once: the range checked is kept per
+        chunk, and a later read inside it is not checked again. The socket's send then copies each byte
+        once, out of the page cache (before 2026-11-26 pread copied it into a `bytes` first: a quarter of
+        the hub's CPU serving catch-up). Elsewhere (v1, a chunk being walked, corrupt ranges, bytes a read
+        kept) what read_view hands out. What a kept check means: a byte is checked when it is first read
+        after the hub opened the segment (or wrote it); a change on disk after that is not seen by the
+        hub's later sends of it (a new hub, `logport verify` and DirectoryReader see it)."""
+        base, stop = self.chunks.chunk_span(offset, end)
+        n = min(max_bytes, stop - offset)
+        if n <= 0:
+            return b""
+        if self._kept_span(offset) is not None:
+            return self.read_view(offset, max_bytes, end, whole=False)
+        layout = self.last if self.last is not None and self.last.base == base else self._layouts.get(base)
+        if layout is None or isinstance(layout, ChunkWalk):
+            next_base = self._next_base(base)
+            if next_base is not None:  # a chunk before the last that nobody has walked whole: walked here
+                layout = self._walk_mapped(base, next_base)
+        if not isinstance(layout, groups.ChunkLayout) or layout.version != groups.VERSION or layout.corrupt:
+            return self.read_view(offset, max_bytes, end, whole=False)
+        checked_start, checked_end = self._checked.get(base, (base, base))
+        if not checked_start <= offset < checked_end:
+            span_start, span_end, group_starts = _whole_groups(layout, base, offset, n)
+            mapped = self._map(base, span_end)
+            if span_start == base:
+                head = mapped[: min(groups.CHUNK_HEADER_SIZE + groups.COMMIT_SIZE, span_end - base)]
+                if groups.chunk_version(head, base) != groups.VERSION:  # changed since the walk
+                    self._corrupt(base, base + groups.CHUNK_HEADER_SIZE, base, "the chunk header fails its check")
+            with memoryview(mapped) as view:
+                bad = groups.verify_span(view[span_start - base : span_end - base], span_start, group_starts)
+            if bad is not None:
+                if bad.start <= offset:
+                    self._corrupt(bad.start, bad.end, base, bad.reason)
+                span_end = bad.start  # the read after it reports the group
+            if span_start == checked_end:
+                self._checked[base] = (checked_start, span_end)
+            else:
+                self._checked[base] = (span_start, span_end)
+            checked_end = span_end
+        mapped = self._map(base, checked_end)
+        return memoryview(mapped)[offset - base : offset - base + min(n, checked_end - offset)]
+
+    def _walk_mapped(self, base: int, next_base: int) -> groups.ChunkLayout:
+        """The layout of the chunk before the last at `base`, walked whole through its mapping (every group
+        checked, nothing copied; a walk of reads copies each window out) and kept; its groups count as
+        checked (`_checked`) when none is corrupt."""
+        mapped = self._map(base, next_base, short=True)
+        if mapped is None:  # an empty file
+            return self.layout(base, next_base)
+        with memoryview(mapped) as view:
+            # without search: a search for valid groups past a failing one works on a copy of the rest
+            layout = groups.walk_chunk(view[: next_base - base], base, search=False)
+        if layout.version != groups.VERSION or layout.end != next_base:  # v1, or not whole: walked as reads do
+            return self.layout(base, next_base)
+        self._forget(lambda start: base <= start < next_base)
+        self._keep(layout)
+        self._checked[base] = (base, layout.end)
+        return layout
+
+    @overload
+    def _map(self, base: int, end: int) -> mmap.mmap: ...
+    @overload
+    def _map(self, base: int, end: int, short: bool) -> mmap.mmap | None: ...
+
+    def _map(self, base: int, end: int, short: bool = False) -> mmap.mmap | None:
+        """The chunk file at `base` mapped (read only) at least to segment offset `end`: mapped again, to the
+        file's size, when it has grown past the mapping. A file shorter than that is corrupt (the store
+        never shortens a chunk file it has committed to), unless `short` (a walk finds where it ends; None
+        for an empty file, which cannot be mapped)."""
+        mapped = self._maps.get(base)
+        if mapped is None or len(mapped) < end - base:
+            fd = os.open(chunk_path(self.chunks.seg_dir, base), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                size = os.fstat(fd).st_size
+                if size < end - base and not short:
+                    self._corrupt(base + size, end, base, "the file ends before the data it committed")
+                if size == 0:  # an empty chunk (a v1 one whose creation was cut short)
+                    return None
+                mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)  # the mapping keeps the file
+            self._maps[base] = mapped
+            while len(self._maps) > _MAPS_KEPT:
+                self._maps.popitem(last=False)
+        self._maps.move_to_end(base)
+        return mapped
+
     def _read_span(self, layout: groups.ChunkLayout, base: int, offset: int, n: int) -> tuple[int, Span]:
         """Read and check the whole groups from the one holding `offset` to the last that ends by
         `offset + n` (at least that one group)."""
-        starts = layout.groups
-        first = bisect.bisect_right(starts, offset) - 1
-        if first < 0:  # the chunk's header, before its first group
-            span_start = base
-            first = 0
-        else:
-            span_start = starts[first]
-        if offset + n >= layout.end:
-            after = len(starts)
-        else:
-            after = max(bisect.bisect_right(starts, offset + n) - 1, first + 1)
-        span_end = starts[after] if after < len(starts) else layout.end
-        data = self._span(span_start, span_end, base, starts[first:after], offset)
+        span_start, span_end, group_starts = _whole_groups(layout, base, offset, n)
+        data = self._span(span_start, span_end, base, group_starts, offset)
         return span_start, data
 
     def _next_base(self, base: int) -> int | None:
@@ -420,6 +511,24 @@ class VerifiedReads:
         raise error
 
 
+def _whole_groups(layout: groups.ChunkLayout, base: int, offset: int, n: int) -> tuple[int, int, list[int]]:
+    """[start, end) of the whole groups from the one holding `offset` (from the chunk's header, before its
+    first group) to the last that ends by `offset + n` (at least that one group), and where they start."""
+    starts = layout.groups
+    first = bisect.bisect_right(starts, offset) - 1
+    if first < 0:
+        span_start = base
+        first = 0
+    else:
+        span_start = starts[first]
+    if offset + n >= layout.end:
+        after = len(starts)
+    else:
+        after = max(bisect.bisect_right(starts, offset + n) - 1, first + 1)
+    span_end = starts[after] if after < len(starts) else layout.end
+    return span_start, span_end, starts[first:after]
+
+
 def _verify_pieces(data: Pieces, group_starts: list[int]) -> groups.Corrupt | None:
     """groups.verify_span over pieces: each group's CRC32C folded over the pieces that hold it (no copy);
     the first group that fails, else None."""
@@ -435,3 +544,30 @@ def _verify_pieces(data: Pieces, group_starts: list[int]) -> groups.Corrupt | No
         if groups.commit_record(fields, crc) != head:
             return groups.Corrupt(start, stop, "checksum mismatch")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRead:
+    """A read of a segment for a sender that copies nothing itself (`read_checked`): `data` may be a view of
+    a chunk file's mapping, whose bytes are the segment's only while `stored()` says so (retention recycles
+    the files of the chunks it drops, and a recycled file is written again): check it before each send."""
+
+    data: bytes | memoryview
+    offset: int
+    at_tail: bool
+    end_of_segment: bool
+    stored: Callable[[], bool]
+
+
+async def read_checked(segment: Segment, offset: int, max_bytes: int, wait: float = 0.0) -> CheckedRead:
+    """`Segment.read` (the same checks, the same wait at the tail), its bytes from
+    `VerifiedReads.checked_view`: checked, not copied."""
+    await segment.read(offset, 0, wait)  # the offset checked, and the wait; it reads nothing
+    verified = segment.verified
+    assert verified is not None
+    end = segment.end
+    data = verified.checked_view(offset, max_bytes, end) if offset < end else b""
+    state = segment.state
+    stop = offset + len(data)
+    return CheckedRead(data, offset, stop >= end, stop >= end and state.sealed,
+                       lambda: state.start_offset <= offset)
