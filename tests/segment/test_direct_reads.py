@@ -1,6 +1,6 @@
 """Read replies written to the socket by the listener (servers/segment.py `_send_direct`) from checked views
 of the chunk files' mappings (store/verified.py `checked_view`): the same bytes as the store's reads, each
-range checked once, corruption refused, other replies held until a reply is out, and a reply whose chunk
+range checked once per read pass (a check counts for one second), corruption refused, other replies held until a reply is out, and a reply whose chunk
 is truncated away while it waits for the socket cut off with the connection, never sent from a recycled file."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from logport.errors import CorruptData
 from logport.hub import Hub
 from logport.protocols import segment as sp
 from logport.servers import segment as listener
-from logport.store import SegmentStore, groups
+from logport.store import SegmentStore, groups, verified
 from logport.store.files import SEGMENTS_DIR, chunk_path
 from logport.store.verified import read_checked
 from tests.conftest import free_port
@@ -57,8 +57,12 @@ async def test_a_checked_view_is_the_stored_bytes_checked_once(tmp_path: Path, m
             offset += len(read.data)
         assert read.at_tail and not read.end_of_segment
         assert len(checks) == 3  # each group once, though read in pieces of 7000 bytes
-        again = await read_checked(segment, 0, end)
-        assert len(checks) == 3 and bytes(again.data) == expected[: len(again.data)]
+        again = await read_checked(segment, 0, end)  # the range kept is the last read's: checked again
+        assert len(checks) == 4 and bytes(again.data) == expected[: len(again.data)]
+        monkeypatch.setattr(verified, "CHECK_REUSE", 0.0)  # a check older than CHECK_REUSE is made again
+        for _ in range(2):
+            await read_checked(segment, 0, 7000)
+        assert len(checks) == 6
     finally:
         await store.close()
 

@@ -21,6 +21,7 @@ import bisect
 import collections
 import mmap
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, overload
@@ -46,6 +47,7 @@ WINDOW = 1024 * 1024  # bytes a walk reads at a time (at least a group): pread o
 # here, 4 MiB at 4.2, 64 MiB at 2.1 (a buffer past glibc's mmap threshold faults in every page)
 
 PIECE = 2 * 1024 * 1024  # a read's span is held in pieces cut at multiples of this (segment offsets)
+CHECK_REUSE = 1.0  # seconds a range checked through a chunk's mapping counts as checked (see checked_view)
 _COMMIT_FIELDS = slice(frames.HEADER_SIZE, groups.COMMIT_SIZE - 4)  # a COMMIT frame's fields, before its crc (u32)
 _MAPS_KEPT = 4  # chunk files mapped for `checked_view`, the most recently read
 
@@ -127,7 +129,7 @@ class VerifiedReads:
         self._ahead_bytes = 0
         self._scratch: bytearray | None = None  # the windows of a walk that keeps nothing
         self._maps: collections.OrderedDict[int, mmap.mmap] = collections.OrderedDict()  # base -> its file, mapped
-        self._checked: dict[int, tuple[int, int]] = {}  # base -> [start, end) checked through the mapping
+        self._checked: dict[int, tuple[int, int, float]] = {}  # base -> [start, end) checked through the mapping, when
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
         """The last chunk's layout from now on. The one before is kept when it is whole (it ends where the new
@@ -377,13 +379,14 @@ class VerifiedReads:
     def checked_view(self, offset: int, max_bytes: int, end: int) -> bytes | memoryview:
         """`read_view` (not whole) for a sender that copies nothing itself: where the chunk's groups are known
         (the store's writer's layouts, and chunks walked whole) the bytes are a view of the chunk file mapped
-        into memory, checked there (CRC32C over the mapping, no copy) once: the range checked is kept per
-        chunk, and a later read inside it is not checked again. The socket's send then copies each byte
-        once, out of the page cache (before 2026-11-26 pread copied it into a `bytes` first: a quarter of
-        the hub's CPU serving catch-up). Elsewhere (v1, a chunk being walked, corrupt ranges, bytes a read
-        kept) what read_view hands out. What a kept check means: a byte is checked when it is first read
-        after the hub opened the segment (or wrote it); a change on disk after that is not seen by the
-        hub's later sends of it (a new hub, `logport verify` and DirectoryReader see it)."""
+        into memory, checked there (CRC32C over the mapping, no copy). The socket's send then copies each
+        byte once, out of the page cache (before 2026-11-26 pread copied it into a `bytes` first: a quarter
+        of the hub's CPU serving catch-up). The range checked is kept per chunk for CHECK_REUSE seconds: a
+        read that goes on inside it then (a reader catching up, whose replies cut groups) is not checked
+        again, and every byte sent passed its check within that time. Kept longer, a page the kernel
+        dropped from its cache and read again from a disk that changed it since would be sent unchecked:
+        a `bytes` read holds what it checked, a mapping does not. Elsewhere (v1, a chunk being walked,
+        corrupt ranges, bytes a read kept) what read_view hands out."""
         base, stop = self.chunks.chunk_span(offset, end)
         n = min(max_bytes, stop - offset)
         if n <= 0:
@@ -397,8 +400,9 @@ class VerifiedReads:
                 layout = self._walk_mapped(base, next_base)
         if not isinstance(layout, groups.ChunkLayout) or layout.version != groups.VERSION or layout.corrupt:
             return self.read_view(offset, max_bytes, end, whole=False)
-        checked_start, checked_end = self._checked.get(base, (base, base))
-        if not checked_start <= offset < checked_end:
+        checked_start, checked_end, checked_at = self._checked.get(base, (base, base, 0.0))
+        now = time.monotonic()
+        if not (checked_start <= offset < checked_end and now - checked_at < CHECK_REUSE):
             span_start, span_end, group_starts = _whole_groups(layout, base, offset, n)
             mapped = self._map(base, span_end)
             if span_start == base:
@@ -411,10 +415,7 @@ class VerifiedReads:
                 if bad.start <= offset:
                     self._corrupt(bad.start, bad.end, base, bad.reason)
                 span_end = bad.start  # the read after it reports the group
-            if span_start == checked_end:
-                self._checked[base] = (checked_start, span_end)
-            else:
-                self._checked[base] = (span_start, span_end)
+            self._checked[base] = (span_start, span_end, now)
             checked_end = span_end
         mapped = self._map(base, checked_end)
         return memoryview(mapped)[offset - base : offset - base + min(n, checked_end - offset)]
@@ -422,7 +423,7 @@ class VerifiedReads:
     def _walk_mapped(self, base: int, next_base: int) -> groups.ChunkLayout:
         """The layout of the chunk before the last at `base`, walked whole through its mapping (every group
         checked, nothing copied; a walk of reads copies each window out) and kept; its groups count as
-        checked (`_checked`) when none is corrupt."""
+        checked (`_checked`, for CHECK_REUSE seconds) when none is corrupt."""
         mapped = self._map(base, next_base, short=True)
         if mapped is None:  # an empty file
             return self.layout(base, next_base)
@@ -433,7 +434,7 @@ class VerifiedReads:
             return self.layout(base, next_base)
         self._forget(lambda start: base <= start < next_base)
         self._keep(layout)
-        self._checked[base] = (base, layout.end)
+        self._checked[base] = (base, layout.end, time.monotonic())
         return layout
 
     @overload
