@@ -47,8 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mib-large", type=int, default=256, help="MiB appended per case for 64 KiB frames")
     p.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
     p.add_argument("--modes", default=",".join(MODES),
-                   help="chunk modes of this code: " + ", ".join(MODES) + "; each with +direct: store.direct_io on, "
-                        "+late: store.early_writes off (both: +direct+late)")
+                   help="chunk modes of this code: " + ", ".join(MODES) + "; each with +direct: store.direct_io on")
     p.add_argument("--baseline", default="", help="a git revision whose store runs beside, e.g. HEAD~5")
     p.add_argument("--repeat", type=int, default=1, help="runs of each case (medians), order alternating")
     p.add_argument("--chunk-mib", type=int, default=64, help="store.chunk_size in MiB")
@@ -97,13 +96,11 @@ def store_config(root: Path, spec: dict[str, Any]) -> Any:
     config = StoreConfig(data_dir=str(root), fsync=spec["fsync"], chunk_size=spec["chunk_mib"] * MiB)
     if spec.get("writeback_bytes", -1) >= 0:
         config.writeback_bytes = spec["writeback_bytes"]
-    mode, *modifiers = spec["mode"].split("+")
+    mode, _, direct = spec["mode"].partition("+")
     if mode not in ("baseline", "default"):  # the keys below are format v2's; "default": the store as configured
         config.prewrite_chunks = mode == "fresh"
         config.spare_chunks = {"recycled": 4, "fresh": 2, "none": 0}[mode]
-        config.direct_io = "direct" in modifiers
-        if "late" in modifiers:  # store.early_writes off: a commit's appends are written when it is complete
-            config.early_writes = False
+        config.direct_io = direct == "direct"
     return config
 
 
@@ -185,9 +182,8 @@ def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(dir=base))
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
-        mode, *modifiers = m.split("+")
-        if mode not in MODES or not set(modifiers) <= {"direct", "late"}:
-            raise SystemExit(f"bench store: unknown mode {m!r}; modes: {', '.join(MODES)}, each with +direct, +late")
+        if m.partition("+")[0] not in MODES or m.partition("+")[2] not in ("", "direct"):
+            raise SystemExit(f"bench store: unknown mode {m!r}; modes: {', '.join(MODES)}, each with +direct")
     codes: list[tuple[str, str, str]] = [(m, m, "") for m in modes]  # (label, mode, PYTHONPATH)
     tree = None
     if args.baseline:
@@ -233,7 +229,6 @@ def run(args: argparse.Namespace) -> int:
     print("# with an fdatasync after every writers x frame bytes (the most an ack-after-fsync append can do);")
     print("# chunks: recycled = spares that retention dropped, fresh = written ahead during the run, none =")
     print("# new files; +direct: store.direct_io on (commits into written blocks as O_DIRECT|O_DSYNC writes);")
-    print("# +late: store.early_writes off (a commit's appends written once it is complete, not as they come);")
     print(f"# medians of {args.repeat} run(s) per case, each in a process of its own, order alternating;")
     print("# read back: the timed appends read through the store right after them (page cache or disk);")
     print("# MB per CPU-s: the store process's user+system CPU. CRC share of CPU: CRC32C's time per MB (measured")

@@ -78,7 +78,6 @@ class StoreConfig:
     max_pending_bytes: int = 64 * MiB  # queued, unwritten appends per segment before appends wait
     writeback_bytes: int = 1 * MiB  # a commit larger than this starts the disk on each such slice; 0 = off
     direct_io: bool = False  # fsync = always: a commit into written blocks as one O_DIRECT|O_DSYNC write
-    early_writes: bool = True  # a commit's appends go to the page cache (and the disk) as they come, not all at its end
     writer_state_limit: int = 100000  # writer ids (exactly-once state) kept per segment
     retention_bytes: int = 0  # per segment; 0 = keep everything
     retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever

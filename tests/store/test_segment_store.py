@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import threading
 import time
@@ -453,10 +452,10 @@ async def test_a_retry_in_the_same_group_as_a_failed_write_fails_with_it(tmp_pat
     monkeypatch.undo()
     again = await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
     assert not again.duplicate
-    # a duplicate is answered inside the call (see _enqueue: the append is checked at once), and the metric
-    # counts it as the future's callback runs, a turn of the loop later
+    # the writer thread may still be finishing its job: an append made meanwhile is answered inside the call
+    # (see _enqueue), and the metric counts it a turn of the loop later; wait for the thread to be idle
+    await until(lambda: not store.segment("s")._writing)
     assert (await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))).duplicate
-    await asyncio.sleep(0)
     sample = store.metrics.registry.get_sample_value
     assert sample("logport_store_write_errors_total", {"segment": "s"}) == 2
     assert sample("logport_store_append_duplicates_total", {"segment": "s"}) == 1
@@ -498,13 +497,13 @@ async def test_an_unexpected_error_fails_its_group_and_the_store_goes_on(tmp_pat
 
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
     await store.create("s")
-    real = ChunkWriter.add
+    real = ChunkWriter.write
 
-    def broken(self: ChunkWriter, accepted: list, writers: object, early: bool = False) -> list[int]:  # type: ignore[type-arg]
-        monkeypatch.setattr(ChunkWriter, "add", real)
+    def broken(self: ChunkWriter, accepted: list, writers: object) -> list[int]:  # type: ignore[type-arg]
+        monkeypatch.setattr(ChunkWriter, "write", real)
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(ChunkWriter, "add", broken)
+    monkeypatch.setattr(ChunkWriter, "write", broken)
     with pytest.raises(StoreWriteFailed, match="a bug"):
         await store.append("s", [b"x"])
     assert not (await store.append("s", [b"y"])).duplicate
@@ -555,12 +554,10 @@ async def test_a_stored_retry_is_a_duplicate_even_when_its_group_fails(store: Se
     assert isinstance(results[1], AppendResult) and results[1].duplicate and results[1].writer_offset == 10
 
 
-async def test_a_cancelled_retry_does_not_stop_the_commit_loop(tmp_path: Path) -> None:
-    # the commit loop's queue: with early_writes (or the writer thread still finishing its job) the retry
-    # would be answered inside the call (see _enqueue), before it could be cancelled
-    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), early_writes=False))
-    await store.create("s")
+async def test_a_cancelled_retry_does_not_stop_the_commit_loop(store: SegmentStore) -> None:
     await store.append("s", [b"x"], writer=WriterCondition(b"w", end=1))
+    # with the writer thread still finishing its job, the retry would be answered inside the call (see
+    # _enqueue), before it could be cancelled: the retry must wait in the queue for the commit loop
     await until(lambda: not store.segment("s")._writing)
     retry = asyncio.create_task(store.append("s", [b"x"], writer=WriterCondition(b"w", end=1)))
     await asyncio.sleep(0)
@@ -568,7 +565,6 @@ async def test_a_cancelled_retry_does_not_stop_the_commit_loop(tmp_path: Path) -
     assert (await store.append("s", [b"y"])).offset > 0
     with pytest.raises(asyncio.CancelledError):
         await retry
-    await store.close()
 
 
 async def test_pending_bytes_gauge_follows_the_queue(tmp_path: Path) -> None:
@@ -656,7 +652,7 @@ async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(segment_module, "start_writeback", recording)
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), fsync=fsync,  # type: ignore[arg-type]
-                                                writeback_bytes=writeback_bytes, early_writes=False))
+                                                writeback_bytes=writeback_bytes))
     await store.create("s")
     bodies = [bytes([i]) * 4000 for i in range(10)]
     await asyncio.gather(*(store.append("s", [b]) for b in bodies))  # one group of 10 frames, 40,080 bytes
@@ -675,17 +671,14 @@ async def test_a_large_group_goes_to_the_disk_in_slices(tmp_path: Path, monkeypa
     await store.close()
 
 
-@pytest.mark.parametrize("early", [False, True])
 async def test_a_group_is_written_frames_first_and_its_commit_frame_last(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch,
-                                                                       early: bool) -> None:
-    """The writer thread writes a group's frames (folding them into the CRC as it goes, or, written early
-    as they came, when the group is complete) and only then its COMMIT frame, before the one fdatasync:
-    until that frame is there, the group is no valid group, so a reader (or recovery after a crash in
-    between) never takes frames whose COMMIT frame is missing."""
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer thread writes a group's frames (folding them into the CRC as it goes) and only then its
+    COMMIT frame, before the one fdatasync: until that frame is there, the group is no valid group, so a
+    reader (or recovery after a crash in between) never takes frames whose COMMIT frame is missing."""
     import logport.store.chunkwriter as segment_module
 
-    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), writeback_bytes=8192, early_writes=early))
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), writeback_bytes=8192))
     await store.create("s")
     seg = store.segment("s")
     assert seg.chunk_writer is not None
@@ -712,13 +705,8 @@ async def test_a_group_is_written_frames_first_and_its_commit_frame_last(tmp_pat
     bodies = [bytes([i]) * 4000 for i in range(10)]
     await asyncio.gather(*(store.append("s", [b]) for b in bodies))
     at = CHUNK_HEADER_SIZE + COMMIT_SIZE
-    if early:  # the first frames as the thread took them (how many: a race with the loop), the rest in slices
-        frames_written = seen[:-2]
-        assert [w[1] for w in frames_written] == list(itertools.accumulate([at] + [w[2] for w in frames_written[:-1]]))
-        assert sum(w[2] for w in frames_written) == 40080 and frames_written[0][2] < 40080
-    else:
-        assert seen[:-2] == [("write", at + i * 12024, 12024) for i in range(3)] + [("write", at + 3 * 12024, 4008)]
-    assert seen[-2:] == [("write", CHUNK_HEADER_SIZE, COMMIT_SIZE), ("sync", 0, 0)]
+    assert seen == [("write", at + i * 12024, 12024) for i in range(3)] + [
+        ("write", at + 3 * 12024, 4008), ("write", CHUNK_HEADER_SIZE, COMMIT_SIZE), ("sync", 0, 0)]
     assert writer.layout.groups == [CHUNK_HEADER_SIZE]
     await store.close()
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
@@ -807,32 +795,24 @@ async def test_a_commit_frame_that_cannot_be_written_fails_its_group_and_leaves_
 
 def gated_write(monkeypatch: pytest.MonkeyPatch, fail_first: bool = False,
                 writers_seen: list[dict[bytes, int]] | None = None) -> tuple[threading.Event, list[int]]:
-    """Hold the writer thread's first commit at its finish until the gate opens (then fail it, if asked);
-    count the appends each commit carries, and keep the writer state each commit starts from."""
+    """Hold the writer thread's first write until the gate opens (then fail it, if asked); count
+    the appends each write carries, and keep the writer state each write starts from."""
 
     gate = threading.Event()
     sizes: list[int] = []
-    added = [0]
-    real_add, real_finish = ChunkWriter.add, ChunkWriter.finish
+    real = ChunkWriter.write
 
-    def add(self: ChunkWriter, accepted: list, writers: WriterState, early: bool = False) -> list[int]:  # type: ignore[type-arg]
-        if not added[0] and writers_seen is not None:
+    def write(self: ChunkWriter, accepted: list, writers: WriterState) -> list[int]:  # type: ignore[type-arg]
+        sizes.append(len(accepted))
+        if writers_seen is not None:
             writers_seen.append(dict(writers.stored))
-        added[0] += len(accepted)
-        return real_add(self, accepted, writers, early)
-
-    def finish(self: ChunkWriter) -> None:
-        sizes.append(added[0])
-        added[0] = 0
         if len(sizes) == 1:
             assert gate.wait(10)
             if fail_first:
-                self.abort()  # as a failing finish does
                 raise OSError(5, "Input/output error")
-        real_finish(self)
+        return real(self, accepted, writers)
 
-    monkeypatch.setattr(ChunkWriter, "add", add)
-    monkeypatch.setattr(ChunkWriter, "finish", finish)
+    monkeypatch.setattr(ChunkWriter, "write", write)
     return gate, sizes
 
 
@@ -971,7 +951,7 @@ async def test_appends_made_while_the_thread_writes_are_staged_at_once_in_order(
     await until(lambda: sizes == [1])
     second = store.submit_framed("s", frames.frame(b"two"), writer=WriterCondition(b"w", end=2, start=1))
     third = store.submit_framed("s", frames.frame(b"three"), writer=WriterCondition(b"w", end=3, start=2))
-    assert len([g for g in segment._staged if g is not None]) == 2 and not segment._queue  # staged by the calls
+    assert len(segment._staged) == 2 and not segment._queue  # staged by the calls themselves
     gate.set()
     results = await asyncio.gather(first, second, third)
     assert [r.writer_offset for r in results] == [1, 2, 3] and sizes == [1, 2]
@@ -981,18 +961,15 @@ async def test_appends_made_while_the_thread_writes_are_staged_at_once_in_order(
 
 async def test_appends_made_in_one_turn_while_the_thread_is_idle_make_one_group(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the writer thread idle, what this turn of the event loop appends is one commit (the store
-    bench's writers, each acknowledged together, append again together): gathered by the commit loop's
-    turn, or, with early_writes, written as they come and sealed on the loop's next turn."""
-    for early in (True, False):
-        store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path / str(early)), early_writes=early))
-        await store.create("s")
-        gate, sizes = gated_write(monkeypatch)
-        gate.set()
-        await asyncio.gather(*(store.append("s", [b"%d" % i]) for i in range(16)))
-        assert sizes == [16]
-        await store.close()
-        monkeypatch.undo()
+    """With the writer thread idle, the commit loop's turn gathers what this turn of the event loop
+    appends (the store bench's writers, each acknowledged together, append again together)."""
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path)))
+    await store.create("s")
+    gate, sizes = gated_write(monkeypatch)
+    gate.set()
+    await asyncio.gather(*(store.append("s", [b"%d" % i]) for i in range(16)))
+    assert sizes == [16]
+    await store.close()
 
 
 async def test_close_waits_for_the_writer_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1067,4 +1044,26 @@ async def test_pipelined_writers_under_failing_fsyncs_store_each_item_once_in_or
     store = await SegmentStore.open(config)
     check(await read_all(store, "s"))
     assert all(store.writer_offset("s", b"writer-%d" % w) == items for w in range(8))
+    await store.close()
+
+
+async def test_appends_made_while_the_thread_writes_wait_once_max_pending_bytes_is_reached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staged at once while the writer thread is busy, appends still count against max_pending_bytes: past
+    it they wait their turn (before 2026-11-26 the limit held only for the commit loop's queue, so a busy
+    writer thread let any number of bytes be staged behind it)."""
+    store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), max_pending_bytes=2000))
+    await store.create("s")
+    segment = store.segment("s")
+    gate, sizes = gated_write(monkeypatch)
+    first = asyncio.create_task(store.append("s", [b"1" * 1500]))
+    await until(lambda: sizes == [1])
+    second = asyncio.create_task(store.append("s", [b"2" * 1500]))  # under the limit: staged
+    third = asyncio.create_task(store.append("s", [b"3" * 1500]))  # past it: waits
+    await asyncio.sleep(0.01)
+    assert len(segment._staged) == 1 and len(segment._waiters) == 1
+    gate.set()
+    results = await asyncio.gather(first, second, third)
+    assert [r.offset for r in results] == sorted(r.offset for r in results)
+    assert [b[:1] for _, b in await read_all(store, "s")] == [b"1", b"2", b"3"]
     await store.close()

@@ -51,27 +51,6 @@ def chunk_head(base: int, writers: dict[bytes, int]) -> tuple[bytes, ChunkLayout
     return header + commit + table, layout, crc
 
 
-class _Commit:
-    """What `add` took since the last `finish`: the group being filled (where it starts, the end of its
-    frames, the frames as buffers, how many of them are written and to where, from where the disk has not
-    been started on them), the chunks the commit started, the writer offsets it claims, and what undoes it."""
-
-    __slots__ = ("undo", "created", "claimed", "start", "pos", "parts", "written", "written_to", "writeback_from")
-
-    def __init__(self, undo: tuple[int, int, int, ChunkLayout, int], start: int) -> None:
-        self.undo = undo
-        self.created: list[int] = []
-        self.claimed: dict[bytes, int] = {}
-        self.next_group(start)
-
-    def next_group(self, start: int) -> None:
-        self.start = start
-        self.pos = self.written_to = start + COMMIT_SIZE
-        self.parts: list[Buffer] = []
-        self.written = 0
-        self.writeback_from = 0
-
-
 class ChunkWriter:
     """Owned by the writer thread (one commit at a time); `layout` is what readers may walk of the active
     chunk, and the descriptor is shared with the interval fsync under `lock`."""
@@ -99,7 +78,6 @@ class ChunkWriter:
         self._page_head: bytes | None = None  # the active chunk's bytes from write_pos's page start to write_pos
         self._file_size = 0  # the active chunk file's size: direct writes go only below it
         self._unsynced = False  # a group went through the page cache since the last fdatasync
-        self._commit: _Commit | None = None  # appends added and not yet finished (see add)
 
     def resume(self, layout: ChunkLayout) -> None:
         """Go on writing a v2 chunk that recovery walked."""
@@ -122,23 +100,15 @@ class ChunkWriter:
             self.chunks.add_chunk(base)
 
     def write(self, accepted: Sequence[PendingAppend], writers: WriterState) -> list[int]:
-        """Write every accepted append as one commit (`add`, then `finish`); the offset of each append's
-        first frame."""
-        offsets = self.add(accepted, writers)
-        self.finish()
-        return offsets
-
-    def add(self, accepted: Sequence[PendingAppend], writers: WriterState, early: bool = False) -> list[int]:
-        """Add appends to the open commit (opening one if none is), rolling chunks as they fill: the offset
-        of each append's first frame. `early` (the commit goes on; with store.early_writes, and not
-        through the direct descriptor): their frames go into the page cache now, and the disk starts on
-        them, while the event loop is still taking the rest of the group; `finish` writes what is left
-        (in slices, see _flush) and the COMMIT frame. On a failure nothing of the commit stays readable."""
-        if self._commit is None:
-            self._commit = _Commit((self.base, self.write_pos, self.prev, self.layout, len(self.layout.groups)),
-                                   self.write_pos)
-        c = self._commit
+        """Write every accepted append (rolling chunks) as commit groups, one per chunk it reaches, fsync
+        per policy; the offset of each append's first frame. On a failure nothing of it stays readable."""
+        undo = (self.base, self.write_pos, self.prev, self.layout, len(self.layout.groups))
+        created: list[int] = []
         offsets: list[int] = []
+        parts: list[Buffer] = []  # the group's frames, after its COMMIT frame
+        group_start = self.write_pos
+        pos = group_start + COMMIT_SIZE
+        claimed: dict[bytes, int] = {}  # this commit's writers so far: with the stored ones, a new chunk's table
         try:
             for p in accepted:
                 record = b""
@@ -147,98 +117,48 @@ class ChunkWriter:
                 elif p.multi:
                     record = frames.writer_record(b"", 0, p.size)  # an atomic group, no writer
                 n = len(record) + p.size
-                if c.pos - self.base + n > self.config.chunk_size and (c.parts or self.has_data):
-                    if c.parts:
-                        self._write_group(c)
+                if pos - self.base + n > self.config.chunk_size and (parts or self.has_data):
+                    if parts:
+                        self._write_group(group_start, parts, pos)
                     if self._unsynced:
                         self.sync()
-                    c.created.append(c.pos if c.parts else c.start)
-                    self.roll(c.created[-1], writers.table(c.claimed))
-                    c.next_group(self.write_pos)
+                    created.append(pos if parts else group_start)
+                    self.roll(created[-1], writers.table(claimed))
+                    parts = []
+                    group_start = self.write_pos
+                    pos = group_start + COMMIT_SIZE
                 if record:
-                    c.parts.append(record)
+                    parts.append(record)
                 if p.writer is not None:
-                    c.claimed[p.writer.key] = p.writer.end
-                offsets.append(c.pos + len(record))
-                c.parts.extend(p.parts)
-                c.pos += n
-            if early and self._direct_fd < 0 and self.config.early_writes:
-                self._write_early(c)
-        except BaseException:  # an I/O error, or a bug past the write: its appenders hear "not written"
-            self.abort()
-            raise
-        return offsets
-
-    def finish(self) -> None:
-        """Write the open commit's last group (its frames not yet written, then its COMMIT frame) and sync
-        per the fsync policy: once this returns, every append that `add` took since the last `finish` is
-        stored."""
-        c = self._commit
-        if c is None:
-            return
-        try:
-            if c.parts:
-                self._write_group(c)
+                    claimed[p.writer.key] = p.writer.end
+                offsets.append(pos + len(record))
+                parts.extend(p.parts)
+                pos += n
+            if parts:
+                self._write_group(group_start, parts, pos)
             if self.config.fsync != "always":
                 self.dirty = True
             elif self._unsynced:  # not when every group went through the direct descriptor: each is durable
                 self.sync()
-        except BaseException:
-            self.abort()
+        except BaseException:  # an I/O error, or a bug past the write: its appenders hear "not written"
+            self._undo(undo, created)
             raise
-        self._commit = None
+        return offsets
 
-    def abort(self) -> None:
-        """Undo the open commit, if any (see _undo)."""
-        c, self._commit = self._commit, None
-        if c is not None:
-            self._undo(c.undo, c.created)
-
-    def _write_early(self, c: _Commit) -> None:
-        """The open group's frames not yet written, into the page cache at their place; once a quarter of
-        store.writeback_bytes of whole pages are, they go to the disk (start_writeback) while the group is
-        still open, so that its fdatasync waits for less (a 1 MiB group, 16 appends of 64 KiB, is a
-        commit of many on a busy hub: its disk time is what the acknowledgements wait for). The page of
-        the group's COMMIT frame is left to the fdatasync (the frame is written last)."""
-        if c.written == len(c.parts):
-            return
-        self._open_group = c.start
-        batch = c.parts[c.written :]
-        at = c.written_to - self.base
-        for i in range(0, len(batch), _IOV_MAX):
-            piece = batch[i : i + _IOV_MAX]
-            size = sum(len(b) for b in piece)
-            self._pwritev_all(piece, size, at)
-            at += size
-        c.written, c.written_to = len(c.parts), c.pos
-        self._unsynced = True
-        slice_bytes = self.config.writeback_bytes // 4
-        if self.config.fsync == "never" or not slice_bytes:
-            return
-        lo = max(c.writeback_from, self.base + -(-(c.start + COMMIT_SIZE - self.base) // _PAGE) * _PAGE)
-        hi = c.pos - (c.pos - self.base) % _PAGE
-        if hi - lo >= slice_bytes:
-            start_writeback(self.fd, lo - self.base, hi - lo)
-            c.writeback_from = hi
-
-    def _write_group(self, c: _Commit) -> None:
+    def _write_group(self, start: int, parts: list[Buffer], end: int) -> None:
         """One commit group at `start` (the write position): its frames first, from after the COMMIT
         frame's place, folded into the group's CRC as they are written (see _flush), then the COMMIT
         frame, at `start`. Its order on disk is COMMIT then frames, as ever; written in this order, the
         CRC of each slice is computed while the disk takes the slice. Nothing counts before the
         fdatasync that follows: until then a power loss may keep any part of the group's writes, in any
         order, whichever came first, so this order makes no state recovery has not to handle (a group
-        without its COMMIT frame, or with another's, is no valid group: its appenders heard nothing).
-        Frames written early (`_write_early`) are only folded into the CRC here."""
-        start, parts, end = c.start, c.parts, c.pos
+        without its COMMIT frame, or with another's, is no valid group: its appenders heard nothing)."""
         fields, crc = commit_fields(start, end - start - COMMIT_SIZE, self.prev)
         self._open_group = start
         if self._direct_fd >= 0 and -(-(end - self.base) // _PAGE) * _PAGE <= self._file_size:
             crc = self._write_group_direct(start, parts, end, fields, crc)
         else:
-            for part in parts[: c.written]:
-                crc = crc32c(part, crc)
-            crc = self._flush(parts[c.written :], c.written_to, end, crc)
+            crc = self._flush(parts, start + COMMIT_SIZE, end, crc)
             self._pwritev_all([commit_record(fields, crc)], COMMIT_SIZE, start - self.base)
             self._file_size = max(self._file_size, end - self.base)
             self._unsynced = True

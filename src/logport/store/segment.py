@@ -1,8 +1,8 @@
 """One segment, wired: the append queue with its back-pressure, the commit loop that stages groups for the
 writer thread (store/chunkwriter.py) after the exactly-once check (store/writers.py), checked reads
 (store/verified.py), recovery on open, seal, truncation and retention. The path of an append: `submit` ->
-`_enqueue` (or `_commit_loop`'s turn) -> `WriterState.check` -> `_stage` -> `ChunkWriter.add` (writer thread,
-written early) -> `_seal` on the loop's next turn -> `ChunkWriter.finish` -> `_written` answers it."""
+`_enqueue` -> `_commit_loop` -> `WriterState.check` -> `_stage` -> `ChunkWriter.write` (writer thread) ->
+`_written` answers it."""
 
 from __future__ import annotations
 
@@ -52,11 +52,6 @@ from logport.store.writers import WriterState
 __all__ = ["AppendResult", "Buffer", "ReadResult", "Segment", "SegmentInfo", "WriterCondition"]
 
 log = logging.getLogger("logport.store")
-
-_SEAL = None  # staged after a commit's last group (see Segment._stage)
-_SEAL_WAIT = 0.05  # seconds the writer thread waits for a seal before it commits what it has
-_EARLY_WAKE = 256 * 1024  # bytes staged that wake the writer thread to write them before their seal
-_EARLY_SIZE = 64 * 1024  # an append at least this large is written early (store.early_writes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +111,8 @@ class Segment:
         self._task: asyncio.Task[None] | None = None
         self._fsync_task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()  # the staged groups and the two flags below, shared with the writer thread
-        self._staged: list[CommitGroup | None] = []  # groups, and seals (_SEAL) that end a commit
-        self._more = threading.Condition(self._lock)  # something was staged (the writer thread waits for a seal)
+        self._staged: list[CommitGroup] = []
         self._writing = False  # a writer-thread job is running
-        self._open = False  # the writer thread has a commit open and waits for its seal
-        self._seal_due = False  # a seal is scheduled for the loop's next turn
-        self._staged_bytes = 0  # appended since the writer thread last took what was staged
         self._poisoned = False  # a group failed in the writer thread and the loop has not heard yet
         self._closing = False
         self._sealing = False
@@ -240,14 +231,11 @@ class Segment:
 
     def _enqueue(self, pending: PendingAppend) -> None:
         self.pending_bytes += pending.size
-        if (self._writing or self.config.early_writes and pending.size >= _EARLY_SIZE) and not self._queue:
-            # Staged now, not on the commit loop's next turn, which comes late while the loop reads
-            # sockets (it was 24 ms behind with 8 segment-protocol appenders): the writer thread writes
-            # it early (store.early_writes) while this turn takes the rest of the group, or, busy with
-            # a commit, takes it with whatever else is staged when that commit is done. Small appends
-            # made while it is idle go to the commit loop's turn: one check and one hand-over for them
-            # all (staged one by one, 1 KiB appends of 16 writers lost a fifth of their rate).
-            self._commit([pending], asyncio.get_running_loop(), sealed=False)
+        if self._writing and not self._queue:
+            # the writer thread is busy: stage it now, not on the commit loop's next turn, which
+            # comes late while the loop reads sockets (it was 24 ms behind with 8 segment-protocol
+            # appenders); the thread takes it with whatever else is staged when its commit is done
+            self._commit([pending], asyncio.get_running_loop())
         else:  # the commit loop's next turn: appends made in this turn of the loop join it
             self._queue.append(pending)
             self._wake.set()
@@ -283,11 +271,10 @@ class Segment:
                 await self._wake.wait()
                 continue
             batch, self._queue = self._queue, []
-            self._commit(batch, loop, sealed=True)
+            self._commit(batch, loop)
 
-    def _commit(self, batch: list[PendingAppend], loop: asyncio.AbstractEventLoop, sealed: bool) -> None:
-        """Check a batch and stage it (its duplicates and refusals are answered now); `sealed`: the batch
-        is a whole turn's appends (see _stage)."""
+    def _commit(self, batch: list[PendingAppend], loop: asyncio.AbstractEventLoop) -> None:
+        """Check a batch and stage it as one group (its duplicates and refusals are answered now)."""
         try:
             group = self.writer_state.check(batch, self.end)
         except Exception as e:  # a bug, not an I/O error: fail this batch, keep serving the next
@@ -295,94 +282,45 @@ class Segment:
             self._done(batch)
             return
         if group.accepted or group.retries:
-            self._stage(group, loop, sealed)
+            self._stage(group, loop)
         else:
             self._done(batch)
 
-    def _stage(self, group: CommitGroup, loop: asyncio.AbstractEventLoop, sealed: bool) -> None:
-        """Hand a group to the writer thread. The thread adds what is staged to its open commit and
-        finishes the commit (COMMIT frame, fdatasync) at a seal: a group staged `sealed`, or one staged
-        while the thread is busy finishing a commit, is sealed at once (the thread takes it when that
-        commit is done); otherwise the seal comes on the loop's next turn, after every append this
-        turn makes, so that they are one group, which the thread writes as they come."""
-        schedule = False
+    def _stage(self, group: CommitGroup, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             refused = self._poisoned
             if not refused:
                 self._staged.append(group)
                 start = not self._writing
                 self._writing = True
-                self._staged_bytes += sum(p.size for p in group.accepted)
-                if sealed or not (start or self._open):
-                    self._staged.append(_SEAL)
-                    self._more.notify()
-                else:
-                    if not self._seal_due:
-                        self._seal_due = schedule = True
-                    if self._staged_bytes >= _EARLY_WAKE:  # not for each small append: a wake costs more
-                        self._more.notify()
         if refused:  # checked against claims of a group that failed: the loop has not heard yet
             self._fail_groups([group], StoreWriteFailed(
                 f"writing to segment {self.name!r} failed just before; nothing was acknowledged"))
-            return
-        if schedule:
-            loop.call_soon(self._seal)
-        if start:
+        elif start:
             loop.run_in_executor(None, self._write_staged, loop)
 
-    def _seal(self) -> None:
-        with self._lock:
-            self._seal_due = False
-            self._staged.append(_SEAL)
-            self._more.notify()
-
-    def _take_staged(self, open_commit: bool) -> list[CommitGroup | None]:
-        """The writer thread's next items (under the lock): what is staged, waiting for it while the
-        thread has a commit open; a seal of its own if none comes within _SEAL_WAIT (the loop held up:
-        what was taken is committed as it is). Empty: nothing to do, the job ends."""
-        while not self._staged and open_commit:
-            self._open = True
-            if not self._more.wait(_SEAL_WAIT) and not self._staged:
-                self._staged.append(_SEAL)
-        items, self._staged = self._staged, []
-        self._staged_bytes = 0
-        self._open = bool(items) and items[-1] is not _SEAL
-        if not items:
-            self._writing = False
-        return items
-
     def _write_staged(self, loop: asyncio.AbstractEventLoop) -> None:
-        """In a worker thread: add what is staged to the open commit, and finish it at each seal, until
-        nothing is staged. Each commit's results go to the loop in commit order."""
-        writer = self.chunk_writer
-        assert writer is not None
-        groups: list[CommitGroup] = []  # in the open commit
-        offsets: list[int] = []
+        """In a worker thread: commit what is staged, group after group, until nothing is."""
         while True:
             with self._lock:
-                items = self._take_staged(bool(groups))
-            if not items:
-                break
-            new = [g for g in items if g is not _SEAL]
+                groups, self._staged = self._staged, []
+                if not groups:
+                    self._writing = False
+                    break
             try:
-                groups += new
-                sealed = items[-1] is _SEAL
-                if new:
-                    offsets += writer.add([p for g in new for p in g.accepted], self.writer_state, early=not sealed)
-                if not sealed or not groups:
-                    continue
-                writer.finish()
+                assert self.chunk_writer is not None
+                offsets = self.chunk_writer.write([p for g in groups for p in g.accepted], self.writer_state)
             except BaseException as e:  # an I/O error, or a bug: these and every group staged after fail
                 with self._lock:
                     self._poisoned = True
-                    groups += [g for g in self._staged if g is not _SEAL]
+                    groups += self._staged
                     self._staged = []
-                    self._writing = self._open = False
+                    self._writing = False
                 loop.call_soon_threadsafe(self._failed, groups, e)
                 break
             self.writer_state.written(groups)  # here, not in _written: the next group's chunk roll needs them
-            loop.call_soon_threadsafe(self._written, groups, offsets, writer.write_pos, writer.layout)
-            groups, offsets = [], []
+            loop.call_soon_threadsafe(self._written, groups, offsets, self.chunk_writer.write_pos,
+                                      self.chunk_writer.layout)
         loop.call_soon_threadsafe(self._wake.set)  # close() waits for this job
 
     def _written(self, groups: list[CommitGroup], offsets: list[int], end: int, layout: ChunkLayout) -> None:
