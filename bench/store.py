@@ -99,7 +99,8 @@ def store_config(root: Path, spec: dict[str, Any]) -> Any:
     mode, _, direct = spec["mode"].partition("+")
     if mode not in ("baseline", "default"):  # the keys below are format v2's; "default": the store as configured
         config.prewrite_chunks = mode == "fresh"
-        config.spare_chunks = {"recycled": 4, "fresh": 2, "none": 0}[mode]
+        # recycled: a spare for every chunk the timed appends reach (see store_append)
+        config.spare_chunks = {"recycled": spec["total"] // config.chunk_size + 2, "fresh": 2, "none": 0}[mode]
         config.direct_io = direct == "direct"
     return config
 
@@ -118,11 +119,15 @@ async def store_append(root: Path, spec: dict[str, Any]) -> dict[str, Any]:
     per_writer = max(1, total // frame // writers)
     await store.create("bench")
     # untimed, in 1 MiB appends: past the first chunk, so that the timed appends go where each mode's steady
-    # state has them: a recycled chunk (two passes, each then dropped by a truncation, as retention drops
-    # them), a chunk written ahead (the next being written meanwhile), a new file (none; and v1)
+    # state has them: recycled chunks (as many chunks as the timed appends fill, and one, then dropped by a
+    # truncation, as retention drops them: every chunk the timed appends reach is a spare; before 2026-11-26
+    # two passes of one chunk left one or two, and most of the timed appends went into new files; two
+    # passes, so that the second, and the chunk the timed appends start in, are recycled files too), a chunk
+    # written ahead (the next being written meanwhile), a new file (none; and v1)
     mode = spec["mode"].partition("+")[0]
+    warmup = (total // config.chunk_size + 1) * config.chunk_size if mode == "recycled" else config.chunk_size
     for _ in range({"recycled": 2, "default": 0}.get(mode, 1)):
-        for i in range(config.chunk_size // MiB + 1):
+        for i in range(warmup // MiB + 1):
             at = (i * MiB) % (len(pool) - MiB)
             await store.append("bench", [memoryview(pool)[at : at + MiB - 8]])
         if mode == "recycled":
