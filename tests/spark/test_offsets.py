@@ -216,31 +216,30 @@ def test_directory_frame_start_check_walks_one_chunk(data_dir: str, at: Layouts)
         access.close()
 
 
-@pytest.fixture(scope="module")
-def even_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Layout]:
-    """One segment of 40 frames of one size (one chunk), to cut into partitions."""
+@pytest.fixture(scope="module", params=[64 * 1024 * 1024, 2500], ids=["one-chunk", "chunks"])
+def even_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Layout]:
+    """One segment of 40 frames of one size, in one chunk or in many (whose bases the cuts walk from)."""
     root = str(tmp_path_factory.mktemp("even"))
     bodies = forward_batches(40, 3, tag="even")
-    results = write_bodies(root, {"even": bodies})
+    results = write_bodies(root, {"even": bodies}, chunk_size=request.param)
     return root, layout(results["even"], bodies)
 
 
 @pytest.mark.parametrize("parts", [2, 3, 4, 7])
 def test_partitions_are_cut_equal(even_dir: tuple[str, Layout], parts: int) -> None:
     """partitionBytes for parts - 0.7 partitions: `parts` partitions of about 1/parts of the bytes each, not
-    parts - 1 of partitionBytes each and a rest of a third of one (which ran alone at the end of a read)."""
+    parts - 1 of partitionBytes each and a rest of a third of one (which ran alone at the end of a read);
+    each cut at the end of the first event past its share."""
     data_dir, at = even_dir
     first, end = whole(at)
-    step = max(b - a for a, b in zip([first, *at.ends], at.ends, strict=False))  # an event and the frames before it
     limit = (end - first) * 10 // (10 * parts - 7)
     ranges = LogportBatchReader({"path": data_dir, "partitionbytes": str(limit)}).partitions()
-    assert isinstance(ranges[0], SegmentRange) and len(ranges) == parts
-    assert [(p.start, p.end) for p in ranges] == list(zip([first, *(p.end for p in ranges[:-1])],
-                                                          [p.end for p in ranges], strict=True))
-    assert ranges[-1].end == end and all(p.end in at.ends for p in ranges)
+    cuts = [min(e for e in at.ends if e >= first + (end - first) * k // parts) for k in range(1, parts)]
+    assert [(p.start, p.end) for p in ranges] == list(zip([first, *cuts], [*cuts, end], strict=True))
+    assert all(isinstance(p, SegmentRange) and p.segment.endswith("/even") for p in ranges)
+    step = max(b - a for a, b in zip([first, *at.ends], at.ends, strict=False))  # an event and the frames before it
     sizes = [p.end - p.start for p in ranges]
-    # each ends at the first event's end past its share: its start and end each off by one step at most
-    assert max(sizes) <= limit + step and max(sizes) - min(sizes) <= 2 * step, sizes
+    assert max(sizes) - min(sizes) <= 2 * step, sizes
 
 
 MiB = 1024 * 1024

@@ -42,6 +42,8 @@ class SegmentAccess(Protocol):
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]: ...
 
+    def known_frame_starts(self, name: str) -> list[int]: ...
+
     def could_start_frame(self, name: str, offset: int) -> bool: ...
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]: ...
@@ -82,6 +84,10 @@ class DirectorySegments:
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
         return self.reader.frame_headers(name, start, end)
+
+    def known_frame_starts(self, name: str) -> list[int]:
+        """Where frames start, known without a walk: the chunks' bases (no frame spans two chunks)."""
+        return list(self.reader.chunk_reader(name).bases)
 
     def could_start_frame(self, name: str, offset: int) -> bool:
         return self.reader.could_start_frame(name, offset)
@@ -180,6 +186,9 @@ class ServerSegments:
         # The protocol serves whole frames only, so the headers come with their bodies.
         for offset, frame_type, body in self.iter_frames(name, start, end):
             yield offset, frame_type, len(body)
+
+    def known_frame_starts(self, name: str) -> list[int]:
+        return []  # the protocol does not say where chunks start
 
     def could_start_frame(self, name: str, offset: int) -> bool:
         """False when no frame can start at `offset`; True when one may (see BlockingSegmentClient)."""
@@ -299,6 +308,10 @@ class HubsSegments:
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
         access, segment = self._access(name)
         return access.frame_headers(segment, start, end)
+
+    def known_frame_starts(self, name: str) -> list[int]:
+        access, segment = self._access(name)
+        return access.known_frame_starts(segment)
 
     def could_start_frame(self, name: str, offset: int) -> bool:
         access, segment = self._access(name)
