@@ -204,6 +204,9 @@ class ServerSegments:
                     deadline = None
                     yield frame
                 return
+            except GeneratorExit:  # stopped early (the planner found its cut): replies may still be coming,
+                self._drop()  # so the next request goes over a new connection, not one out of step
+                raise
             except (OSError, ConnectionError) as e:
                 self._drop()
                 deadline = deadline or time.monotonic() + self.timeout

@@ -77,6 +77,13 @@ def _is_record(frame_type: int) -> bool:
     return frame_type < 0
 
 
+def _close(walk: Iterator[Any] | None) -> None:
+    """Stop a walk of frames before its end (a generator's close: its reads end there)."""
+    close = getattr(walk, "close", None)
+    if close is not None:
+        close()
+
+
 def _sorted(offsets: Offsets) -> Offsets:
     return {name: offsets[name] for name in sorted(offsets)}
 
@@ -237,22 +244,29 @@ class SegmentPlanner:
         if end - start <= limit:
             return [self._range(name, start, end)]
         count = -(-(end - start) // limit)
-        known = sorted(self.access.known_frame_starts(name))
+        known = self.access.known_frame_starts(name)
         ranges: list[SegmentRange] = []
         cut = start
-        for k in range(1, count):
-            share = start + (end - start) * k // count
-            walk_from = max([cut, *(at for at in known if at <= share)])
-            for offset, frame_type, length in self.access.frame_headers(name, walk_from, end):
-                stop = offset + frames.HEADER_SIZE + length
-                # Never right after one of the store's records: it goes with the frames after it (see _advance).
-                if not _is_record(frame_type) and stop >= share:
-                    break
-            else:
-                break  # no event ends past the share: what is left is the last range
-            if stop < end:
-                ranges.append(self._range(name, cut, stop))
-                cut = stop
+        walk: Iterator[tuple[int, int, int]] | None = None  # goes on from the last cut, unless a known start is nearer
+        try:
+            for k in range(1, count):
+                share = start + (end - start) * k // count
+                anchor = max((at for at in known if cut < at <= share), default=None)
+                if walk is None or anchor is not None:
+                    _close(walk)
+                    walk = iter(self.access.frame_headers(name, cut if anchor is None else anchor, end))
+                for offset, frame_type, length in walk:
+                    stop = offset + frames.HEADER_SIZE + length
+                    # Never right after one of the store's records: it goes with the frames after it (_advance).
+                    if not _is_record(frame_type) and stop >= share:
+                        break
+                else:
+                    break  # no event ends past the share: what is left is the last range
+                if stop < end:
+                    ranges.append(self._range(name, cut, stop))
+                    cut = stop
+        finally:
+            _close(walk)  # over the network: its reads still to come are not waited for (ServerSegments)
         ranges.append(self._range(name, cut, end))
         return ranges
 
