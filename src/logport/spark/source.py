@@ -237,7 +237,7 @@ class SegmentPlanner:
         Equal, not `limit` each and a rest: a last range of a fraction of the others ran alone at the end of
         the read while the other cores had nothing left to do. Each cut is the end of the first event past its
         share, found by walking frame headers from the last frame start known before it (a chunk's base, in a
-        data directory), not from `start`: the planner's walk of every header was a serial 20-40 ms a query.
+        data directory), not from `start`: the planner's walk of every header was a serial 25-30 ms a query.
         """
         if end <= start:
             return []
@@ -287,7 +287,7 @@ def freeze_worker_imports() -> None:
     some 50,000 objects) out of the garbage collector's sight, once per process (gc.freeze).
 
     Spark's daemon runs gc.collect() in a reused worker after every task, and each full collection walked
-    all of them again: 11-60 ms a task, 6-12% of the worker's CPU on the bench's reads. They live as long
+    all of them again: 11-60 ms a task, 12% of the workers' profile samples on the bench's reads. They live as long
     as the process; what a task allocates after this is collected as before.
     """
     global _imports_frozen
