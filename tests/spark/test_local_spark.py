@@ -96,7 +96,7 @@ def test_local_session_listens_on_loopback_only_and_its_ui_only_when_asked(tmp_p
 def fake_session(master: str, python: str, registered: list[Any]) -> Any:
     """What register() looks at of a SparkSession: the master, the workers' Python, the conf, dataSource."""
     conf = SimpleNamespace(get=lambda key, default=None: default)
-    context = SimpleNamespace(master=master, pythonExec=python, getConf=lambda: conf)
+    context = SimpleNamespace(master=master, pythonExec=python, getConf=lambda: conf, defaultParallelism=3)
     return SimpleNamespace(sparkContext=context, dataSource=SimpleNamespace(register=registered.append))
 
 
@@ -127,7 +127,7 @@ def test_register_checks_that_local_workers_can_import_logport(
     session = fake_session(master, worker_python, registered)
     if error is None:
         register(session)
-        assert [cls.name() for cls in registered] == ["logport"]
+        assert [(cls.name(), cls.parallelism) for cls in registered] == [("logport", 3)]  # partitions by it
         return
     with pytest.raises(WorkerPythonError) as raised:
         register(session)

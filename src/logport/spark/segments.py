@@ -42,6 +42,8 @@ class SegmentAccess(Protocol):
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]: ...
 
+    def known_frame_starts(self, name: str) -> list[int]: ...
+
     def could_start_frame(self, name: str, offset: int) -> bool: ...
 
     def iter_frames(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, bytes | memoryview]]: ...
@@ -82,6 +84,10 @@ class DirectorySegments:
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
         return self.reader.frame_headers(name, start, end)
+
+    def known_frame_starts(self, name: str) -> list[int]:
+        """Where frames start, known without a walk: the chunks' bases (no frame spans two chunks)."""
+        return list(self.reader.chunk_reader(name).bases)
 
     def could_start_frame(self, name: str, offset: int) -> bool:
         return self.reader.could_start_frame(name, offset)
@@ -181,6 +187,9 @@ class ServerSegments:
         for offset, frame_type, body in self.iter_frames(name, start, end):
             yield offset, frame_type, len(body)
 
+    def known_frame_starts(self, name: str) -> list[int]:
+        return []  # the protocol does not say where chunks start
+
     def could_start_frame(self, name: str, offset: int) -> bool:
         """False when no frame can start at `offset`; True when one may (see BlockingSegmentClient)."""
         return self._retrying(lambda c: c.could_start_frame(name, offset))
@@ -195,6 +204,9 @@ class ServerSegments:
                     deadline = None
                     yield frame
                 return
+            except GeneratorExit:  # stopped early (the planner found its cut): replies may still be coming,
+                self._drop()  # so the next request goes over a new connection, not one out of step
+                raise
             except (OSError, ConnectionError) as e:
                 self._drop()
                 deadline = deadline or time.monotonic() + self.timeout
@@ -299,6 +311,10 @@ class HubsSegments:
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
         access, segment = self._access(name)
         return access.frame_headers(segment, start, end)
+
+    def known_frame_starts(self, name: str) -> list[int]:
+        access, segment = self._access(name)
+        return access.known_frame_starts(segment)
 
     def could_start_frame(self, name: str, offset: int) -> bool:
         access, segment = self._access(name)

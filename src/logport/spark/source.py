@@ -9,6 +9,7 @@ exactly where the last committed batch ended.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -49,7 +51,11 @@ from logport.store.reader import count_events
 
 log = logging.getLogger("logport.spark")
 
-DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024
+DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024  # without partitionBytes and without the session's parallelism
+# With the session's parallelism (register()), partitions are cut as Spark cuts files (FilePartition.maxSplitBytes):
+# the bytes to read spread over its cores, between these two (Spark's maxPartitionBytes and openCostInBytes)
+MAX_PARTITION_BYTES = 128 * 1024 * 1024
+MIN_PARTITION_BYTES = 4 * 1024 * 1024
 EARLIEST, LATEST = -2, -1  # as numbers inside a JSON offsets option (Kafka's convention)
 OFFSET_OPTIONS = {"startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets"}  # as README spells them
 
@@ -69,6 +75,13 @@ class SegmentRange(InputPartition):
 def _is_record(frame_type: int) -> bool:
     """One of the store's own records (negative types), which readers skip: no rows."""
     return frame_type < 0
+
+
+def _close(walk: Iterator[Any] | None) -> None:
+    """Stop a walk of frames before its end (a generator's close: its reads end there)."""
+    close = getattr(walk, "close", None)
+    if close is not None:
+        close()
 
 
 def _sorted(offsets: Offsets) -> Offsets:
@@ -110,10 +123,11 @@ def _offset_spec(options: dict[str, str], key: str, default: str) -> str | dict[
 class SegmentPlanner:
     """Offsets and partitions over the selected segments, for the batch and the stream reader."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], parallelism: int | None = None) -> None:
         self.options = options
         self.patterns = options.get("segments")
-        self.partition_bytes = _int_option(options, "partitionbytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES
+        self.partition_bytes = _int_option(options, "partitionbytes", None)  # None: from the bytes to read
+        self.parallelism = parallelism
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self._access: HubsSegments | None = None
 
@@ -206,34 +220,86 @@ class SegmentPlanner:
     def _range(self, name: str, start: int, end: int) -> SegmentRange:
         return SegmentRange(name, start, end, self.access.location(split_key(name)[0]))
 
-    def split(self, name: str, start: int, end: int) -> list[SegmentRange]:
-        """[start, end) cut on frame boundaries into ranges of about partitionBytes."""
+    def partition_limit(self, total: int) -> int:
+        """The most bytes a partition reads, when the ranges to read hold `total` bytes: partitionBytes; else
+        the total over the session's cores (every core gets a share, and no more partitions than that: each
+        costs Spark and its Python worker 30-45 ms of CPU), at least 4 MiB and at most 128 MiB; else 32 MiB."""
+        if self.partition_bytes is not None:
+            return self.partition_bytes
+        if not self.parallelism:
+            return DEFAULT_PARTITION_BYTES
+        return min(MAX_PARTITION_BYTES, max(MIN_PARTITION_BYTES, -(-total // self.parallelism)))
+
+    def split(self, name: str, start: int, end: int, limit: int) -> list[SegmentRange]:
+        """[start, end) cut on frame boundaries into the fewest ranges of at most about `limit` bytes, of about
+        equal size.
+
+        Equal, not `limit` each and a rest: a last range of a fraction of the others ran alone at the end of
+        the read while the other cores had nothing left to do. Each cut is the end of the first event past its
+        share, found by walking frame headers from the last frame start known before it (a chunk's base, in a
+        data directory), not from `start`: the planner's walk of every header was a serial 25-30 ms a query.
+        """
         if end <= start:
             return []
-        if end - start <= self.partition_bytes:
+        if end - start <= limit:
             return [self._range(name, start, end)]
-        ranges = []
+        count = -(-(end - start) // limit)
+        known = self.access.known_frame_starts(name)
+        ranges: list[SegmentRange] = []
         cut = start
-        for offset, frame_type, length in self.access.frame_headers(name, start, end):
-            stop = offset + frames.HEADER_SIZE + length
-            # Never right after one of the store's records: it goes with the frames after it (see _advance).
-            if not _is_record(frame_type) and stop - cut >= self.partition_bytes:
-                ranges.append(self._range(name, cut, stop))
-                cut = stop
-        if cut < end:
-            ranges.append(self._range(name, cut, end))
+        walk: Iterator[tuple[int, int, int]] | None = None  # goes on from the last cut, unless a known start is nearer
+        try:
+            for k in range(1, count):
+                share = start + (end - start) * k // count
+                anchor = max((at for at in known if cut < at <= share), default=None)
+                if walk is None or anchor is not None:
+                    _close(walk)
+                    walk = iter(self.access.frame_headers(name, cut if anchor is None else anchor, end))
+                for offset, frame_type, length in walk:
+                    stop = offset + frames.HEADER_SIZE + length
+                    # Never right after one of the store's records: it goes with the frames after it (_advance).
+                    if not _is_record(frame_type) and stop >= share:
+                        break
+                else:
+                    break  # no event ends past the share: what is left is the last range
+                if stop < end:
+                    ranges.append(self._range(name, cut, stop))
+                    cut = stop
+        finally:
+            _close(walk)  # over the network: its reads still to come are not waited for (ServerSegments)
+        ranges.append(self._range(name, cut, end))
         return ranges
 
     def ranges(self, start: Offsets, end: Offsets) -> list[SegmentRange]:
+        bounds = {name: (start.get(name, end[name]), end[name]) for name in sorted(end)}
+        limit = self.partition_limit(sum(max(0, hi - lo) for lo, hi in bounds.values()))
         out: list[SegmentRange] = []
-        for name in sorted(end):
-            lo = start.get(name, end[name])
-            out.extend(self.split(name, lo, end[name]))
+        for name, (lo, hi) in bounds.items():
+            out.extend(self.split(name, lo, hi, limit))
         return out
+
+
+_imports_frozen = False
+
+
+def freeze_worker_imports() -> None:
+    """Move what a Python worker holds before its first read (the modules of pyspark, pyarrow and logport:
+    some 50,000 objects) out of the garbage collector's sight, once per process (gc.freeze).
+
+    Spark's daemon runs gc.collect() in a reused worker after every task, and each full collection walked
+    all of them again: 11-60 ms a task, 12% of the workers' profile samples on the bench's reads. They live as long
+    as the process; what a task allocates after this is collected as before.
+    """
+    global _imports_frozen
+    if not _imports_frozen and TaskContext.get() is not None:  # in a Spark task, not a test or a driver
+        gc.collect()
+        gc.freeze()
+        _imports_frozen = True
 
 
 def read_range(options: dict[str, str], partition: SegmentRange) -> Iterator[pa.RecordBatch]:
     """The rows of one partition (runs in a task: opens its own access, to the partition's hub only)."""
+    freeze_worker_imports()
     hub, segment = split_key(partition.segment)
     access = open_hub(partition.location, hub, options)
     try:
@@ -263,11 +329,12 @@ def _frames_past_corruption(access: SegmentAccess, segment: str, partition: Segm
 
 
 class LogportBatchReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], parallelism: int | None = None) -> None:
         self.options = options
+        self.parallelism = parallelism
 
     def partitions(self) -> list[SegmentRange]:  # type: ignore[override]
-        planner = SegmentPlanner(self.options)
+        planner = SegmentPlanner(self.options, self.parallelism)
         try:
             names = planner.segments()
             start = planner.resolve(_offset_spec(self.options, "startingoffsets", "earliest"), names, ending=False)
@@ -287,9 +354,9 @@ class LogportBatchReader(DataSourceReader):
 class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of whole frames; maxBytesPerTrigger / maxRowsPerTrigger bound each one."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], parallelism: int | None = None) -> None:
         self.options = options
-        self.planner = SegmentPlanner(options)
+        self.planner = SegmentPlanner(options, parallelism)
         self.max_bytes = _int_option(options, "maxbytespertrigger", None)
         self.max_rows = _int_option(options, "maxrowspertrigger", None)
         self.target: Offsets | None = None  # Trigger.AvailableNow: never read past these
@@ -418,6 +485,8 @@ class LogportStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class LogportDataSource(DataSource):
     """`spark.read.format("logport")` / `spark.readStream.format("logport")`; see README "Spark"."""
 
+    parallelism: int | None = None  # the session's default parallelism, when registered by register()
+
     @classmethod
     def name(cls) -> str:
         return "logport"
@@ -432,7 +501,16 @@ class LogportDataSource(DataSource):
         return options
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogportBatchReader(self._options())
+        return LogportBatchReader(self._options(), self.parallelism)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LogportStreamReader(self._options())
+        return LogportStreamReader(self._options(), self.parallelism)
+
+
+def session_data_source(parallelism: int) -> type[LogportDataSource]:
+    """LogportDataSource for a session of `parallelism` cores (SparkContext.defaultParallelism), to partition
+    reads by: Spark runs a source's planning in a Python worker of its own, which sees only the registered
+    class and the read's options. A class made here is pickled with its attributes (cloudpickle pickles a
+    class that is not importable by value), so the planner gets the number with it."""
+    return type("SessionLogportDataSource", (LogportDataSource,), {
+        "__module__": __name__, "__doc__": LogportDataSource.__doc__, "parallelism": parallelism})
