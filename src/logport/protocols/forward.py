@@ -519,10 +519,14 @@ class ServerConnection:
         if space is None:
             return
         space.held -= 1
-        if not space.held and space is not self._space:
+        if space.held:
+            return
+        if space is not self._space:
             self.pinned -= len(space.data)
             if self._spare is None and len(space.data) == _SPACE:
                 self._spare = space
+        elif self._lo == self._hi:
+            self._spare = None  # nothing is held or waiting: a quiet connection keeps one space
 
     def _reserve(self, room: int) -> ReceiveSpace:
         """The receive space, with at least `room` bytes free after what was received, and room for all of the
