@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import io
 import json
+import mmap
 import os
 import zlib
 from collections.abc import Callable, Sequence
@@ -408,8 +409,7 @@ def encode_packed_forward(tag: str, entries: bytes | memoryview, option: dict[st
 # --- the server side ---
 
 
-_FIRST_SPACE = 64 * 1024  # a connection's first receive space: handshakes, heartbeats, Message mode
-_SPACE = 1024 * 1024  # every later one: a 180 KB chunk of 1000 events comes in one or two reads, no join
+_SPACE = 1024 * 1024  # a 180 KB chunk of 1000 events comes in one or two reads, and is never joined
 _MIN_READ = 64 * 1024  # a space with less room left than this is replaced before the next read
 
 
@@ -417,12 +417,13 @@ class ReceiveSpace:
     """Where a server connection's bytes are received (`ServerConnection.get_buffer`): a PackedForward message is
     read where it lies, and its entries are handed on as a view of it, so a message that came in several reads
     is never joined. A space is written again only once no batch handed out of it is held (`held`: batches not
-    yet released); until then the connection receives into another one."""
+    yet released); until then the connection receives into another one. Anonymous memory: a page costs
+    nothing until bytes are received into it, so an idle or handshake-only connection costs a page or two."""
 
     __slots__ = ("data", "view", "held")
 
     def __init__(self, size: int) -> None:
-        self.data = bytearray(size)
+        self.data = mmap.mmap(-1, size) if size else bytearray()
         self.view = memoryview(self.data)
         self.held = 0
 
@@ -546,7 +547,7 @@ class ServerConnection:
             if spare is not None and len(spare.data) >= want:
                 new, self._spare = spare, None
             else:
-                new = ReceiveSpace(max(_SPACE if size else _FIRST_SPACE, want))
+                new = ReceiveSpace(max(_SPACE, want))
             new.view[:keep] = space.view[self._lo:self._hi]
             if space.held:
                 self.pinned += size
