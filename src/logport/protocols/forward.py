@@ -418,7 +418,8 @@ class ReceiveSpace:
     read where it lies, and its entries are handed on as a view of it, so a message that came in several reads
     is never joined. A space is written again only once no batch handed out of it is held (`held`: batches not
     yet released); until then the connection receives into another one. Anonymous memory: a page costs
-    nothing until bytes are received into it, so an idle or handshake-only connection costs a page or two."""
+    nothing until bytes are received into it, so an idle or handshake-only connection costs a page or two; one
+    that streamed keeps its space and a spare (at most 2 MiB of pages) until it closes (forward.idle_timeout)."""
 
     __slots__ = ("data", "view", "held")
 
@@ -474,7 +475,8 @@ class ServerConnection:
         self._space = ReceiveSpace(0)  # received bytes; [_lo, _hi) not yet turned into events (nor fed)
         self._lo = 0
         self._hi = 0
-        self._spare: ReceiveSpace | None = None  # a space no longer held, for the next one needed
+        self._spare: ReceiveSpace | None = None  # a space no longer held, for the next one needed (a quiet
+        # connection keeps it: dropped, the next burst paid a new space's page faults, a few times a second)
         self.pinned = 0  # bytes of replaced spaces still held by batches not yet released
         self._need = 0  # bytes from _lo the message needs at least before it is looked at again
         self._fed = 0  # bytes handed to the unpacker so far
@@ -526,8 +528,6 @@ class ServerConnection:
             self.pinned -= len(space.data)
             if self._spare is None and len(space.data) == _SPACE:
                 self._spare = space
-        elif self._lo == self._hi:
-            self._spare = None  # nothing is held or waiting: a quiet connection keeps one space
 
     def _reserve(self, room: int) -> ReceiveSpace:
         """The receive space, with at least `room` bytes free after what was received, and room for all of the
@@ -543,9 +543,8 @@ class ServerConnection:
         if not space.held and want <= size:
             space.view[:keep] = space.view[self._lo:self._hi]
         else:
-            spare = self._spare
-            if spare is not None and len(spare.data) >= want:
-                new, self._spare = spare, None
+            if self._spare is not None and want <= _SPACE:
+                new, self._spare = self._spare, None
             else:
                 new = ReceiveSpace(max(_SPACE, want))
             new.view[:keep] = space.view[self._lo:self._hi]
