@@ -265,3 +265,10 @@ def test_an_option_without_end_is_bounded_by_chunk_size_limit() -> None:
             conn.receive_data(b"x" * 100)
             assert conn.next_event() is fp.NEED_DATA
     assert conn.buffered <= 1000 + 100 + len(head)
+
+
+def test_a_tag_declared_over_the_limit_is_refused_at_once_by_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """str32 tag of 2 MB (limit 4096), read a byte at a time: the C pass and the unpacker refuse it alike, as soon
+    as its length is in (hypothesis found the unpacker waiting for the whole limit's worth)."""
+    data = b"\x92\xdb\x00\x20\x30\x30" + b"x" * 31
+    assert decode(data, 1, True, monkeypatch) == decode(data, 1, False, monkeypatch) == [fp.LimitExceeded, 6]

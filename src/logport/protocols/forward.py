@@ -321,13 +321,17 @@ def _str_or_bin(head: bytes, pos: int) -> tuple[int, int] | None:
 
 
 def declared_frame_size(head: bytes) -> int | None:
-    """From the first bytes of a PackedForward frame: the bytes up to the end of its entries, or None."""
+    """From the first bytes of a PackedForward frame: the bytes up to the end of its entries; when `head` ends
+    inside the tag, the least the frame can be (its tag, and one byte after it, as the C frame pass answers);
+    None when neither is known."""
     if not head or head[0] not in (0x92, 0x93, 0x94):
         return None
     tag = _str_or_bin(head, 1)
     if tag is None:
         return None
     pos = 1 + tag[0] + tag[1]
+    if pos >= len(head):  # a tag longer than what came: refused at once when it alone is over the limit
+        return pos + 1
     entries = _str_or_bin(head, pos)
     if entries is None:
         return None
