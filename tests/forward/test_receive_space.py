@@ -86,7 +86,7 @@ def test_reads_into_the_space_decode_as_the_unpacker_does(messages: list[bytes],
             while (event := conn.next_event()) is not fp.NEED_DATA:
                 if isinstance(event, fp.EventBatch):
                     conn.release(event)
-                    event = (event.tag, bytes(event.entries), event.option, event.size, event.invalid, event.mode)
+                    event = (event.tag, bytes(event.entries), repr(event.option), event.size, event.invalid, event.mode)
                 out.append(event)
     except fp.RemoteProtocolError as e:
         out.append(type(e))

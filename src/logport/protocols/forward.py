@@ -338,6 +338,25 @@ def declared_frame_size(head: bytes) -> int | None:
     return pos + entries[0] + entries[1]
 
 
+def _frame_head(head: bytes, more: bytes | memoryview) -> bytes:
+    """`head` (a frame's first bytes, all of them received so far unless it already holds what
+    declared_frame_size reads) extended from `more`, the bytes that follow it, until it holds the tag and the
+    entries' header (at least _HEAD bytes, more for a long tag: the C frame pass reads them wherever they lie)."""
+    taken = 0
+    while taken < len(more):
+        want = _HEAD
+        if len(head) > 1 and head[0] in (0x92, 0x93, 0x94):
+            tag = _str_or_bin(head, 1)
+            if tag is not None:
+                want = max(_HEAD, 1 + tag[0] + tag[1] + 5)  # the entries' header is at most 5 bytes
+        if len(head) >= want:
+            break
+        add = bytes(more[taken:taken + want - len(head)])
+        head += add
+        taken += len(add)
+    return head
+
+
 def msgpack_failure(e: Exception, pos: int, byte: int | None) -> str:
     """What msgpack found wrong at stream offset `pos` (its exceptions mostly carry no text at all)."""
     if isinstance(e, msgpack.StackError):
@@ -629,15 +648,15 @@ class ServerConnection:
                 up.feed(piece)
                 self._fed += len(piece)
                 self._last_piece = piece
-                if self._head is not None and len(self._head) < _HEAD:
-                    self._head += bytes(piece[:_HEAD - len(self._head)])
+                if self._head is not None:
+                    self._head = _frame_head(self._head, piece)
                 continue
             except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
                 raise ForwardProtocolError(f"invalid msgpack: {self._msgpack_error(e)}") from None
             self._frame_start = up.tell()
             left = self._fed - self._frame_start  # the next frame's first bytes, at the end of the last piece
             last = self._last_piece
-            self._head = bytes(last[len(last) - left:][:_HEAD]) if left <= len(last) else None
+            self._head = _frame_head(b"", last[len(last) - left:]) if left <= len(last) else None
             return obj
 
     def _next_packed(self) -> EventBatch | Any:
