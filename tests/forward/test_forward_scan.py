@@ -188,7 +188,8 @@ def test_the_frame_pass_finds_every_message_and_asks_for_the_rest(message: bytes
 
 
 def decode(data: bytes, split: int, frame_pass: bool, monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """What a server connection makes of `data` fed in pieces of `split` bytes: its events (entries as bytes),
+    """What a server connection makes of `data` fed in pieces of `split` bytes: its events (entries as bytes, the
+    option as its repr: a NaN in it equals itself),
     then the type of the error it raised, if any."""
     with monkeypatch.context() as patched:
         if not frame_pass:
@@ -200,7 +201,7 @@ def decode(data: bytes, split: int, frame_pass: bool, monkeypatch: pytest.Monkey
                 conn.receive_data(data[i:i + split])
                 while (event := conn.next_event()) is not fp.NEED_DATA:
                     if isinstance(event, fp.EventBatch):
-                        event = (event.tag, bytes(event.entries), event.option, event.size, event.invalid, event.mode)
+                        event = (event.tag, bytes(event.entries), repr(event.option), event.size, event.invalid, event.mode)
                     out.append(event)
         except fp.RemoteProtocolError as e:
             out.append(type(e))
@@ -265,3 +266,19 @@ def test_an_option_without_end_is_bounded_by_chunk_size_limit() -> None:
             conn.receive_data(b"x" * 100)
             assert conn.next_event() is fp.NEED_DATA
     assert conn.buffered <= 1000 + 100 + len(head)
+
+
+def test_a_tag_declared_over_the_limit_is_refused_at_once_by_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """str32 tag of 2 MB (limit 4096), read a byte at a time: the C pass and the unpacker refuse it alike, as soon
+    as its length is in (hypothesis found the unpacker waiting for the whole limit's worth)."""
+    data = b"\x92\xdb\x00\x20\x30\x30" + b"x" * 31
+    assert decode(data, 1, True, monkeypatch) == decode(data, 1, False, monkeypatch) == [fp.LimitExceeded, 6]
+
+
+def test_entries_declared_over_the_limit_after_a_long_tag_are_refused_at_once_by_both_paths(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 90-byte tag puts the entries' header past the first 64 bytes: the unpacker's path reads on to it, as
+    the C pass does, and both refuse the frame when its header is in (hypothesis found the unpacker waiting)."""
+    data = b"\x93\xd9\x5a" + b"t" * 90 + b"\xc6\x00\x10\x00\x00" + b"x" * 200
+    assert decode(data, 1, True, monkeypatch) == decode(data, 1, False, monkeypatch)
+    assert decode(data, 1, False, monkeypatch)[0] is fp.LimitExceeded

@@ -208,7 +208,7 @@ def test_chunk_size_limit_bounds_memory_of_a_huge_send() -> None:
     conn.receive_data(P.pack(["t", b"x" * (1 << 22)]))
     with pytest.raises(LimitExceeded):
         conn.next_event()
-    assert conn.buffered - len(conn._buffer) - len(conn._direct) <= (1 << 16) + 1  # never more than a frame's worth in msgpack
+    assert conn._fed - conn._frame_start <= (1 << 16) + 1  # never more than a frame's worth in msgpack
 
 
 def test_forward_mode_frame_counted_from_its_start() -> None:
@@ -692,7 +692,8 @@ def test_oversize_frame_refused_from_its_header_before_it_is_buffered() -> None:
 @pytest.mark.parametrize("head,size", [
     (b"\x93\xa1t\xc6\x00\x01\x00\x00", 3 + 5 + 65536), (b"\x92\xa3tag\xdb\x00\x00\x01\x00", 5 + 5 + 256),
     (b"\x92\xa1t\xc4\x10", 3 + 2 + 16), (b"\x92\xa1t\xb0", 3 + 1 + 16), (b"\x93\xa1t\x91", None),
-    (b"\x93\xa1t\xc6\x00", None), (b"\x81", None), (b"", None)])
+    (b"\x93\xa1t\xc6\x00", None), (b"\x81", None), (b"", None),
+    (b"\x92\xa3ta", 1 + 1 + 3 + 1), (b"\x92\xdb\x00\x20\x30\x30", 1 + 5 + 0x203030 + 1)])  # only the tag's size
 def test_declared_frame_size(head: bytes, size: int | None) -> None:
     assert fp.declared_frame_size(head) == size
 

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import io
 import json
+import mmap
 import os
 import zlib
 from collections.abc import Callable, Sequence
@@ -67,6 +68,7 @@ class EventBatch:
     size: int = 0  # valid entries in `entries`
     invalid: int = 0  # entries dropped because they were not `[time, record]`
     mode: Mode = Mode.PACKED_FORWARD
+    space: ReceiveSpace | None = None  # the receive space `entries` is a view of, until ServerConnection.release
 
     @property
     def chunk(self) -> str | bytes | None:
@@ -319,17 +321,40 @@ def _str_or_bin(head: bytes, pos: int) -> tuple[int, int] | None:
 
 
 def declared_frame_size(head: bytes) -> int | None:
-    """From the first bytes of a PackedForward frame: the bytes up to the end of its entries, or None."""
+    """From the first bytes of a PackedForward frame: the bytes up to the end of its entries; when `head` ends
+    inside the tag, the least the frame can be (its tag, and one byte after it, as the C frame pass answers);
+    None when neither is known."""
     if not head or head[0] not in (0x92, 0x93, 0x94):
         return None
     tag = _str_or_bin(head, 1)
     if tag is None:
         return None
     pos = 1 + tag[0] + tag[1]
+    if pos >= len(head):  # a tag longer than what came: refused at once when it alone is over the limit
+        return pos + 1
     entries = _str_or_bin(head, pos)
     if entries is None:
         return None
     return pos + entries[0] + entries[1]
+
+
+def _frame_head(head: bytes, more: bytes | memoryview) -> bytes:
+    """`head` (a frame's first bytes, all of them received so far unless it already holds what
+    declared_frame_size reads) extended from `more`, the bytes that follow it, until it holds the tag and the
+    entries' header (at least _HEAD bytes, more for a long tag: the C frame pass reads them wherever they lie)."""
+    taken = 0
+    while taken < len(more):
+        want = _HEAD
+        if len(head) > 1 and head[0] in (0x92, 0x93, 0x94):
+            tag = _str_or_bin(head, 1)
+            if tag is not None:
+                want = max(_HEAD, 1 + tag[0] + tag[1] + 5)  # the entries' header is at most 5 bytes
+        if len(head) >= want:
+            break
+        add = bytes(more[taken:taken + want - len(head)])
+        head += add
+        taken += len(add)
+    return head
 
 
 def msgpack_failure(e: Exception, pos: int, byte: int | None) -> str:
@@ -407,6 +432,26 @@ def encode_packed_forward(tag: str, entries: bytes | memoryview, option: dict[st
 # --- the server side ---
 
 
+_SPACE = 1024 * 1024  # a 180 KB chunk of 1000 events comes in one or two reads, and is never joined
+_MIN_READ = 64 * 1024  # a space with less room left than this is replaced before the next read
+
+
+class ReceiveSpace:
+    """Where a server connection's bytes are received (`ServerConnection.get_buffer`): a PackedForward message is
+    read where it lies, and its entries are handed on as a view of it, so a message that came in several reads
+    is never joined. A space is written again only once no batch handed out of it is held (`held`: batches not
+    yet released); until then the connection receives into another one. Anonymous memory: a page costs
+    nothing until bytes are received into it, so an idle or handshake-only connection costs a page or two; one
+    that streamed keeps its space and a spare (at most 2 MiB of pages) until it closes (forward.idle_timeout)."""
+
+    __slots__ = ("data", "view", "held")
+
+    def __init__(self, size: int) -> None:
+        self.data = mmap.mmap(-1, size) if size else bytearray()
+        self.view = memoryview(self.data)
+        self.held = 0
+
+
 class ServerState(enum.Enum):
     WAIT_PING = "WAIT_PING"  # HELO sent, shared key configured
     READY = "READY"
@@ -448,12 +493,15 @@ class ServerConnection:
         self.auth_salt = (auth_salt if auth_salt is not None else os.urandom(16)) if self.users else b""
         self.state = ServerState.WAIT_PING if shared_key else ServerState.READY
         self.username = ""
-        self._buffer = ReceiveBuffer()
+        self._buffer = ReceiveBuffer()  # JSON mode's bytes
         self._unpacker = _unpacker(chunk_size_limit)
-        self._direct: bytes | memoryview = b""  # received bytes not yet fed, when they did not need the buffer
-        self._gather: list[bytes | memoryview] = []  # the received pieces of a PackedForward message not yet whole
-        self._gathered = 0  # their bytes
-        self._need = 0  # bytes the message needs at least before it is looked at again
+        self._space = ReceiveSpace(0)  # received bytes; [_lo, _hi) not yet turned into events (nor fed)
+        self._lo = 0
+        self._hi = 0
+        self._spare: ReceiveSpace | None = None  # a space no longer held, for the next one needed (a quiet
+        # connection keeps it: dropped, the next burst paid a new space's page faults, a few times a second)
+        self.pinned = 0  # bytes of replaced spaces still held by batches not yet released
+        self._need = 0  # bytes from _lo the message needs at least before it is looked at again
         self._fed = 0  # bytes handed to the unpacker so far
         self._frame_start = 0  # stream offset where the frame being received starts
         self._last_piece: bytes | memoryview = b""
@@ -466,27 +514,73 @@ class ServerConnection:
 
     # bytes in
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Bytes received, copied into the receive space (a listener that reads into `get_buffer()` copies none)."""
         if self.state is ServerState.CLOSED:
             raise ForwardProtocolError("data after the connection was closed", peer=self.peer)
+        n = len(data)
+        space = self._reserve(n)
+        space.view[self._hi:self._hi + n] = data
+        self.buffer_updated(n)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next bytes received go, as asyncio.BufferedProtocol's get_buffer: the rest of the receive
+        space (at least 64 KiB); `buffer_updated(n)` says how many came."""
+        space = self._reserve(_MIN_READ)
+        return space.view[self._hi:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """`nbytes` were received into the buffer `get_buffer()` gave."""
+        if self.state is ServerState.CLOSED:
+            raise ForwardProtocolError("data after the connection was closed", peer=self.peer)
+        hi = self._hi
         if len(self._opening) < _HEAD:
-            self._opening += bytes(data[:_HEAD - len(self._opening)])
-        if self._gather:  # the rest of a PackedForward message: kept as received, joined once it is whole
-            self._gather.append(bytes(data))
-            self._gathered += len(data)
+            self._opening += bytes(self._space.view[hi:min(hi + nbytes, hi + _HEAD - len(self._opening))])
+        self._hi = hi + nbytes
+
+    def release(self, batch: EventBatch) -> None:
+        """The batch's entries are no longer read (its append is answered): the space they view may be written
+        again once nothing else holds it. A batch never released costs a fresh space, never changed bytes."""
+        space = batch.space
+        if space is None:
             return
-        if self._json is False and not self._buffer and not self._direct:
-            self._direct = bytes(data)  # the common case: no copy into the buffer
+        space.held -= 1
+        if space.held:
             return
-        if self._direct:
-            self._buffer += self._direct
-            self._direct = b""
-        self._buffer += data
+        if space is not self._space:
+            self.pinned -= len(space.data)
+            if self._spare is None and len(space.data) == _SPACE:
+                self._spare = space
+
+    def _reserve(self, room: int) -> ReceiveSpace:
+        """The receive space, with at least `room` bytes free after what was received, and room for all of the
+        message being received."""
+        space = self._space
+        if self._lo == self._hi and not space.held:
+            self._lo = self._hi = 0
+        size = len(space.data)
+        if size - self._hi >= room and self._lo + self._need <= size:
+            return space
+        keep = self._hi - self._lo  # received, not yet turned into events: moved to the new space's start
+        want = max(keep + room, self._need)
+        if not space.held and want <= size:
+            space.view[:keep] = space.view[self._lo:self._hi]
+        else:
+            if self._spare is not None and want <= _SPACE:
+                new, self._spare = self._spare, None
+            else:
+                new = ReceiveSpace(max(_SPACE, want))
+            new.view[:keep] = space.view[self._lo:self._hi]
+            if space.held:
+                self.pinned += size
+            self._space = space = new
+        self._lo, self._hi = 0, keep
+        return space
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet turned into events."""
-        return len(self._direct) + len(self._buffer) + self._fed - self._frame_start + self._gathered
+        return self._hi - self._lo + len(self._buffer) + self._fed - self._frame_start
 
     def next_event(self) -> EventBatch | Heartbeat | Ping | Any:
         if self._deferred is not None:
@@ -494,10 +588,9 @@ class ServerConnection:
                 return NEED_DATA
             raise self._failed(self._deferred)
         if self._json is None:
-            first = self._buffer.peek_byte()
-            if first is None:
+            if self._lo == self._hi:
                 return NEED_DATA
-            self._json = first in (0x7B, 0x5B) and self.state is ServerState.READY
+            self._json = self._space.data[self._lo] in (0x7B, 0x5B) and self.state is ServerState.READY
         try:
             obj = self._next_json() if self._json else self._next_msgpack()
             if obj is NEED_DATA:
@@ -546,61 +639,59 @@ class ServerConnection:
                 if declared is not None and declared > limit:  # refuse at once, without buffering it
                     raise LimitExceeded("frame", declared, "chunk_size_limit", limit) from None
                 room = limit + 1 - frame  # feed no more than one frame can use: memory stays within the limit
-                if self._direct:
-                    piece, self._direct = self._direct[:room], self._direct[room:]
-                elif self._buffer:
-                    piece = self._buffer.extract(min(len(self._buffer), room))
-                else:
+                lo = self._lo
+                take = min(self._hi - lo, room)
+                if not take:
                     return NEED_DATA
+                piece = bytes(self._space.view[lo:lo + take])
+                self._lo = lo + take
                 up.feed(piece)
                 self._fed += len(piece)
                 self._last_piece = piece
-                if self._head is not None and len(self._head) < _HEAD:
-                    self._head += bytes(piece[:_HEAD - len(self._head)])
+                if self._head is not None:
+                    self._head = _frame_head(self._head, piece)
                 continue
             except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
                 raise ForwardProtocolError(f"invalid msgpack: {self._msgpack_error(e)}") from None
             self._frame_start = up.tell()
             left = self._fed - self._frame_start  # the next frame's first bytes, at the end of the last piece
             last = self._last_piece
-            self._head = bytes(last[len(last) - left:][:_HEAD]) if left <= len(last) else None
+            self._head = _frame_head(b"", last[len(last) - left:]) if left <= len(last) else None
             return obj
 
     def _next_packed(self) -> EventBatch | Any:
-        """A PackedForward message at the start of what is received, its entries a view of the bytes received
+        """A PackedForward message at the start of what is received, its entries a view of the receive space
         (msgpack's unpacker copied them in, then out): NEED_DATA while it is not whole, `_UNPACK` for anything
         else (the unpacker, the reference, reads it; it has nothing buffered, so it starts where this stopped)."""
-        if self._gather:
-            if self._gathered < self._need:
-                return NEED_DATA
-            self._direct, self._gather, self._gathered = b"".join(self._gather), [], 0
-        elif self._buffer:
-            self._direct = bytes(self._direct) + self._buffer.extract_all()
-        data = self._direct
-        if not data:
+        lo, hi = self._lo, self._hi
+        if hi == lo or hi - lo < self._need:
             return NEED_DATA
+        space = self._space
+        view = space.view
         assert _packed_forward_frame is not None
-        found = _packed_forward_frame(data, 0)
+        found = _packed_forward_frame(view[:hi], lo)
         limit = self.chunk_size_limit
         if type(found) is int:
             if found < 0:
+                self._need = 0
                 return _UNPACK
-            if found > limit:  # refuse at once, without gathering it
+            if found > limit:  # refuse at once, without receiving it
                 raise LimitExceeded("frame", found, "chunk_size_limit", limit)
-            self._gather, self._gathered, self._need, self._direct = [data], len(data), found, b""
+            self._need = found  # the next read goes where the whole message fits (_reserve)
             return NEED_DATA
         end, tag_start, tag_end, entries_start, entries_end, option_start = found  # type: ignore[misc]
-        if end > limit:
-            raise LimitExceeded("frame", end, "chunk_size_limit", limit)
-        view = memoryview(data)
+        if end - lo > limit:
+            raise LimitExceeded("frame", end - lo, "chunk_size_limit", limit)
         try:
             tag = str(view[tag_start:tag_end], "utf-8", _UNICODE)
             option = msgpack.unpackb(view[option_start:end], **_OPTION_UNPACK) if option_start < end else None
         except Exception:  # unhashable keys, say: the unpacker raises what the peer did wrong
+            self._need = 0
             return _UNPACK
-        self._direct = view[end:]
+        self._lo = end
+        self._need = 0
         self._head = b""
-        return self._packed(tag, view[entries_start:entries_end], option if option is not None else {})
+        return self._packed(tag, view[entries_start:entries_end], option if option is not None else {}, space)
 
     def _msgpack_error(self, e: Exception) -> str:
         pos = self._unpacker.tell()  # where it stopped: the offending byte
@@ -611,6 +702,9 @@ class ServerConnection:
     def _next_json(self) -> Any:
         """One top-level JSON array or object: brackets are matched (outside strings) to find its end."""
         buf = self._buffer
+        if self._hi > self._lo:  # JSON is read from the buffer: what the space holds goes there
+            buf += self._space.view[self._lo:self._hi]
+            self._lo = self._hi
         while buf and buf.peek_byte() in (0x20, 0x09, 0x0A, 0x0D):
             buf.skip(1)
             self._scan = (0, 0, False, False)
@@ -686,7 +780,8 @@ class ServerConnection:
             _check_storable("option", option)
         return option
 
-    def _packed(self, tag: str, payload: bytes | memoryview, option: dict[str, Any]) -> EventBatch:
+    def _packed(self, tag: str, payload: bytes | memoryview, option: dict[str, Any],
+                space: ReceiveSpace | None = None) -> EventBatch:
         compressed = option.get("compressed")
         mode = Mode.PACKED_FORWARD
         if compressed == "gzip":
@@ -700,6 +795,9 @@ class ServerConnection:
         entries, valid, invalid = scan_entries(payload)
         if mode is Mode.COMPRESSED_PACKED_FORWARD:
             option = {k: v for k, v in option.items() if k != "compressed"}  # what we store is not compressed
+        if space is not None and entries is payload:
+            space.held += 1
+            return EventBatch(tag, entries, option, valid, invalid, mode, space)
         return EventBatch(tag, entries, option, valid, invalid, mode)
 
     def _forward(self, tag: str, entries: list[Any], option: dict[str, Any], mode: Mode) -> EventBatch:

@@ -141,7 +141,11 @@ class HeartbeatProtocol(asyncio.DatagramProtocol):
             self.server.metrics.heartbeats.labels("udp").inc()
 
 
-class ForwardConnection(asyncio.Protocol):
+class ForwardConnection(asyncio.BufferedProtocol):
+    """One client: its bytes are read into the protocol core's receive space (no copy into a bytes object per
+    read, no join of a message that came in several reads), each batch is handed to the store as a view of it
+    and released once its append is answered."""
+
     def __init__(self, server: ForwardServer) -> None:
         self.server = server
         self.config = server.config
@@ -241,13 +245,18 @@ class ForwardConnection(asyncio.Protocol):
 
     # --- receiving ---
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.conn is None:  # refused as it connected: what still comes is dropped
+            return memoryview(bytearray(max(sizehint, 1 << 16)))
+        return self.conn.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.conn is None or self.closing:
             return
         self.idle.touch()
         conn = self.conn
         try:
-            conn.receive_data(data)
+            conn.buffer_updated(nbytes)
             while True:
                 event = conn.next_event()
                 if event is fp.NEED_DATA:
@@ -304,6 +313,7 @@ class ForwardConnection(asyncio.Protocol):
         chunk = batch.chunk
         count = batch.size
         if not count:
+            self.conn.release(batch)  # type: ignore[union-attr]
             if chunk is not None:  # nothing valid to store: ack so the client does not retry a hopeless chunk
                 self._acks.append(chunk)
                 self._flush_soon()
@@ -321,45 +331,51 @@ class ForwardConnection(asyncio.Protocol):
             future = self.runtime.submit_routed(self.config.segment, tag, parts,
                                                 WriterCondition(key=key, end=1) if key is not None else None, frames)
         except Exception as e:  # refused before it reached the store's queue
+            self.conn.release(batch)  # type: ignore[union-attr]
             self._refused(e)
             self._settled(size)
         else:
             self.pending.add(future)
             self._order.append(future)
-            mode = batch.mode
-            future.add_done_callback(lambda f: self._stored(f, chunk, count, mode, size))
+            future.add_done_callback(lambda f: self._stored(f, batch, chunk, count, size))
         if self.over_budget() and not self.gate.holds(BUDGET) and self.transport is not None:
             server.paused.add(self)
             server.metrics.read_pauses.inc()
             self.gate.hold(BUDGET)
 
     def over_budget(self) -> bool:
-        """Received but not yet stored: over this connection's limit, or over the whole listener's."""
-        return (self.inflight > self.config.max_inflight_bytes
+        """Received but not yet stored: over this connection's limit, or over the whole listener's. The
+        connection's counts the receive spaces its batches still hold, too (a space holds more than them)."""
+        return (self.held_bytes() > self.config.max_inflight_bytes
                 or self.server.inflight > self.config.max_total_inflight_bytes)
+
+    def held_bytes(self) -> int:
+        return self.inflight + (self.conn.pinned if self.conn is not None else 0)
 
     def resume_if_under(self) -> None:
         cfg = self.config
-        if (self.gate.holds(BUDGET) and self.inflight <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
+        if (self.gate.holds(BUDGET) and self.held_bytes() <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
                 and self.server.inflight <= cfg.max_total_inflight_bytes * _READ_PAUSED_BELOW):
             self.server.paused.discard(self)
             self.gate.release(BUDGET)
 
-    def _stored(self, future: asyncio.Future[AppendResult], chunk: str | bytes | None, count: int, mode: fp.Mode,
-                size: int) -> None:
-        """A batch's append is answered: count it and queue its ack (written with the others of this loop turn
-        by `_flush`), or close without an ack."""
+    def _stored(self, future: asyncio.Future[AppendResult], batch: fp.EventBatch, chunk: str | bytes | None,
+                count: int, size: int) -> None:
+        """A batch's append is answered: release its receive space, count it and queue its ack (written with the
+        others of this loop turn by `_flush`), or close without an ack."""
         self.pending.discard(future)
         if future.cancelled():  # the hub stopping: the client resends what it heard no ack for
-            self.close()
+            self.close()  # not released: a cancelled append may still be written (nothing is read again)
         elif (error := future.exception()) is not None:
+            self.conn.release(batch)  # type: ignore[union-attr]
             self._refused(error)
         else:
+            self.conn.release(batch)  # type: ignore[union-attr]
             if future.result().duplicate:
                 self.server.metrics.duplicates.inc()
                 log.info("retried chunk acknowledged again, not stored", extra={"peer": self.peer})
             else:
-                self._counted.append((mode, count, size))
+                self._counted.append((batch.mode, count, size))
             if chunk is not None:
                 self._acks.append(chunk)
         self.inflight -= size
