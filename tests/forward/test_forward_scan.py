@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logport.protocols import forward as fp
+from tests.forward.test_protocol import mutate
 
 try:
     from logport.protocols._forward_scan import count_entries, packed_forward_frame
@@ -211,18 +212,6 @@ def decode(data: bytes, split: int, frame_pass: bool, monkeypatch: pytest.Monkey
 
 MUTATIONS = st.lists(st.tuples(st.sampled_from(["flip", "insert", "delete"]), st.integers(0, 1 << 16),
                                st.integers(0, 255)), max_size=4)
-
-
-def mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
-    out = bytearray(data)
-    for op, where, value in mutations:
-        if op == "insert":
-            out.insert(where % (len(out) + 1), value)
-        elif out and op == "flip":
-            out[where % len(out)] ^= value or 1
-        elif out:
-            del out[where % len(out)]
-    return bytes(out)
 
 
 @given(st.lists(st.one_of(packed_messages(), st.just(b"\xc0"), st.just(msgpack.packb(["t", 1, {"a": 1}]))),
