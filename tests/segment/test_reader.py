@@ -23,6 +23,15 @@ from tests.segment.test_server import hub_config
 BIG = _ClientProtocol.IN_PLACE
 
 
+def stored_events(data_dir: Path) -> list[tuple[int, bytes]]:
+    """(offset, body) of every event of segment "s", read from the data directory without the hub."""
+    direct = DirectoryReader(str(data_dir))
+    try:
+        return [(o, bytes(b)) for o, b in direct.iter_events("s")]
+    finally:
+        direct.close()
+
+
 def _replies() -> list[sp.Message]:
     return [
         sp.SegmentRead.make("s", 0, False, False, os.urandom(BIG + 17)),  # received in place
@@ -141,11 +150,7 @@ async def test_reads_ahead_give_every_frame_in_order(tmp_path: Path, read_size: 
             again = [(o, bytes(b)) async for o, b in reader.events("s", got[5][0])]  # the same connection
     finally:
         await hub.stop()
-    direct = DirectoryReader(str(tmp_path / "data"))
-    try:
-        expect = [(o, bytes(b)) for o, b in direct.iter_events("s")]
-    finally:
-        direct.close()
+    expect = stored_events(tmp_path / "data")
     assert [b for _, b in got] == bodies
     assert got == expect
     assert again == expect[5:]
@@ -183,11 +188,7 @@ async def test_a_tail_reader_gets_every_event_in_order_and_stays_usable_after_it
             assert (await reader.info("s"))[1] == store.info("s").end_offset
     finally:
         await hub.stop()
-    direct = DirectoryReader(str(tmp_path / "data"))
-    try:
-        expect = [(o, bytes(b)) for o, b in direct.iter_events("s")]
-    finally:
-        direct.close()
+    expect = stored_events(tmp_path / "data")
     assert [b for _, b in got] == bodies
     assert got == expect
 
