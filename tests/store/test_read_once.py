@@ -17,6 +17,7 @@ from logport.store import SegmentStore, frames, verified
 from logport.store.files import ChunkReader, chunk_path, list_chunk_bases
 from logport.store.groups import COMMIT_SIZE, walk_chunk
 from logport.store.reader import DirectoryReader
+from tests.store.test_segment_store import read_all
 
 CHUNK = 256 * 1024
 
@@ -94,12 +95,7 @@ async def test_the_store_reads_each_byte_of_a_chunk_before_the_last_once(tmp_pat
     store = await SegmentStore.open(StoreConfig(data_dir=str(tmp_path), chunk_size=CHUNK, max_frame_size=CHUNK))
     try:
         counted.clear()  # recovery's walk of the last chunk is not a read
-        got: list[bytes] = []
-        offset, end = 0, store.info("s").end_offset
-        while offset < end:
-            r = await store.read_frames("s", offset, 64 * 1024)
-            got += [bytes(b) for _, t, b in frames.iter_frames(r.data) if t == frames.EVENT]
-            offset = r.next_offset
+        got = [b for _, b in await read_all(store, "s", 64 * 1024)]
     finally:
         await store.close()
     assert got == events

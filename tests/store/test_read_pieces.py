@@ -14,6 +14,7 @@ from logport.errors import CorruptData
 from logport.store import SegmentStore, frames, groups, verified
 from logport.store.files import SEGMENTS_DIR, chunk_path
 from logport.store.reader import DirectoryReader
+from tests.store.test_segment_store import read_all
 
 PIECE = 4096
 
@@ -118,12 +119,7 @@ async def test_the_store_keeps_the_layout_of_a_chunk_it_rolled_from(tmp_path: Pa
         walks: list[int] = []
         walk_chunk = groups.walk_chunk
         monkeypatch.setattr(groups, "walk_chunk", lambda data, base, **kw: walks.append(base) or walk_chunk(data, base, **kw))
-        got: list[bytes] = []
-        offset, end = 0, store.info("s").end_offset
-        while offset < end:
-            r = await store.read_frames("s", offset, 64 * 1024)
-            got += [bytes(b) for _, t, b in frames.iter_frames(r.data) if t == frames.EVENT]
-            offset = r.next_offset
+        got = [b for _, b in await read_all(store, "s", 64 * 1024)]
         assert got == events
         assert walks == []
     finally:

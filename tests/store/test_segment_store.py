@@ -37,12 +37,13 @@ def events_of(data: bytes, base: int = 0) -> list[tuple[int, bytes]]:
     return [(o, bytes(b)) for o, t, b in frames.iter_frames(data, base) if t == frames.EVENT]
 
 
-async def read_all(store: SegmentStore, name: str) -> list[tuple[int, bytes]]:
+async def read_all(store: SegmentStore, name: str, read_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
+    """(offset, body) of every event of the segment, read through the store in reads of `read_bytes`."""
     info = store.info(name)
     out: list[tuple[int, bytes]] = []
     offset = info.start_offset
     while offset < info.end_offset:
-        r = await store.read_frames(name, offset, 1 << 20)
+        r = await store.read_frames(name, offset, read_bytes)
         out += events_of(r.data, offset)
         offset = r.next_offset
     return out
