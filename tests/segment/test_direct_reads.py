@@ -20,7 +20,6 @@ from logport.protocols import segment as sp
 from logport.servers import segment as listener
 from logport.store import SegmentStore, groups, verified
 from logport.store.files import SEGMENTS_DIR, chunk_path
-from logport.store.verified import read_checked
 from tests.conftest import free_port
 
 MiB = 1024 * 1024
@@ -51,17 +50,17 @@ async def test_a_checked_view_is_the_stored_bytes_checked_once(tmp_path: Path, m
         segment = store.segment("s")
         offset = 0
         while offset < end:
-            read = await read_checked(segment, offset, 7000)
+            read = await segment.read_checked(offset, 7000)
             assert isinstance(read.data, memoryview) and read.stored()
             assert bytes(read.data) == expected[offset : offset + len(read.data)]
             offset += len(read.data)
         assert read.at_tail and not read.end_of_segment
         assert len(checks) == 3  # each group once, though read in pieces of 7000 bytes
-        again = await read_checked(segment, 0, end)  # the range kept is the last read's: checked again
+        again = await segment.read_checked(0, end)  # the range kept is the last read's: checked again
         assert len(checks) == 4 and bytes(again.data) == expected[: len(again.data)]
         monkeypatch.setattr(verified, "CHECK_REUSE", 0.0)  # a check older than CHECK_REUSE is made again
         for _ in range(2):
-            await read_checked(segment, 0, 7000)
+            await segment.read_checked(0, 7000)
         assert len(checks) == 6
     finally:
         await store.close()
@@ -81,13 +80,13 @@ async def test_a_group_changed_on_disk_before_it_is_read_is_refused_and_the_rest
             f.seek(bad_start + groups.COMMIT_SIZE + 100)
             f.write(bytes([byte[0] ^ 0x20]))
         segment = store.segment("s")
-        first = await read_checked(segment, 0, 10 * MiB)
+        first = await segment.read_checked(0, 10 * MiB)
         assert len(first.data) == bad_start and not first.at_tail  # what is sound before it is served
         with pytest.raises(CorruptData) as caught:
-            await read_checked(segment, bad_start, 10 * MiB)
+            await segment.read_checked(bad_start, 10 * MiB)
         assert (caught.value.start, caught.value.end) == (bad_start, bad_end)
         assert "checksum mismatch" in str(caught.value)
-        after = await read_checked(segment, bad_end, 10 * MiB)
+        after = await segment.read_checked(bad_end, 10 * MiB)
         assert after.at_tail and bytes(after.data) == (await store.read("s", bad_end, 10 * MiB)).data
     finally:
         await store.close()
@@ -230,18 +229,18 @@ async def test_chunks_before_the_last_are_walked_through_their_mapping_and_corru
         segment = store.segment("s")
         offset = 0
         while offset < bases[1]:  # the first chunk, walked through its mapping: no byte read by pread
-            read = await read_checked(segment, offset, 300_000)
+            read = await segment.read_checked(offset, 300_000)
             assert isinstance(read.data, memoryview) and bytes(read.data) == stored[offset : offset + len(read.data)]
             offset += len(read.data)
         assert preads == []
-        sound = await read_checked(segment, bases[1], 10 * MiB)  # up to the corrupt group
+        sound = await segment.read_checked(bases[1], 10 * MiB)  # up to the corrupt group
         assert bases[1] + len(sound.data) == bad_start and bytes(sound.data) == stored[bases[1] : bad_start]
         with pytest.raises(CorruptData) as caught:
-            await read_checked(segment, bad_start, 10 * MiB)
+            await segment.read_checked(bad_start, 10 * MiB)
         assert (caught.value.start, caught.value.end) == (bad_start, bad_end)
         offset = bad_end
         while offset < end:
-            read = await read_checked(segment, offset, 300_000)
+            read = await segment.read_checked(offset, 300_000)
             assert bytes(read.data) == stored[offset : offset + len(read.data)]
             offset += len(read.data)
     finally:

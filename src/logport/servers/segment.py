@@ -34,8 +34,8 @@ from logport.servers._lifecycle import (
     peer_name,
 )
 from logport.servers._receivepool import ReceivePool
-from logport.store import AppendResult, ReadResult, SegmentStore, WriterCondition
-from logport.store.verified import PIECE, CheckedRead, read_checked
+from logport.store import AppendResult, CheckedRead, ReadResult, SegmentStore, WriterCondition
+from logport.store.verified import PIECE
 
 log = logging.getLogger("logport.segment")
 
@@ -322,8 +322,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             data = self._encode(message)
             if data is None:
-                pass
-            elif self._held is not None:  # a read reply is going out in pieces: after it
+                return
+            if self._held is not None:  # a read reply is going out in pieces: after it
                 self._held.append(data)
             else:
                 self.transport.write(data)
@@ -577,8 +577,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
                     return
                 budget = 0.0 if sent else max(0.0, deadline - loop.time())
                 if self._socket_fd >= 0:
-                    result: ReadResult | CheckedRead = await read_checked(
-                        self.store.segment(segment), offset, n, wait=min(budget, cfg.keepalive_interval))
+                    result: ReadResult | CheckedRead = await self.store.read_checked(
+                        segment, offset, n, wait=min(budget, cfg.keepalive_interval))
                 else:
                     result = await self.store.read(segment, offset, n, wait=min(budget, cfg.keepalive_interval))
                 if result.data:

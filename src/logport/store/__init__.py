@@ -6,14 +6,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from logport.store.segment import AppendResult, ReadResult, SegmentInfo, WriterCondition
+    from logport.store.segment import (
+        AppendResult,
+        CheckedRead,
+        ReadResult,
+        SegmentInfo,
+        WriterCondition,
+    )
     from logport.store.store import SegmentStore
 
-__all__ = ["AppendResult", "ReadResult", "SegmentInfo", "SegmentStore", "WriterCondition"]
+__all__ = ["AppendResult", "CheckedRead", "ReadResult", "SegmentInfo", "SegmentStore", "WriterCondition"]
 
 # imported when first named: a reader of chunk files (the Spark source's workers, which Spark starts for every
 # query) imports logport.store.frames and the reader, not the writer, its thread and its metrics (0.09 s)
-_LAZY = {"AppendResult": "segment", "ReadResult": "segment", "SegmentInfo": "segment",
+_LAZY = {"AppendResult": "segment", "CheckedRead": "segment", "ReadResult": "segment", "SegmentInfo": "segment",
          "WriterCondition": "segment", "SegmentStore": "store"}
 
 

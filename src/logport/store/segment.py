@@ -49,7 +49,7 @@ from logport.store.settings import StoreConfig
 from logport.store.verified import VerifiedReads
 from logport.store.writers import WriterState
 
-__all__ = ["AppendResult", "Buffer", "ReadResult", "Segment", "SegmentInfo", "WriterCondition"]
+__all__ = ["AppendResult", "Buffer", "CheckedRead", "ReadResult", "Segment", "SegmentInfo", "WriterCondition"]
 
 log = logging.getLogger("logport.store")
 
@@ -64,6 +64,19 @@ class ReadResult:
     @property
     def next_offset(self) -> int:
         return self.offset + len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRead:
+    """A read for a sender that copies nothing itself (`Segment.read_checked`): `data` may be a view of a
+    chunk file's mapping, whose bytes are the segment's only while `stored()` says so (retention recycles the
+    files of the chunks it drops, and a recycled file is written again): check it before each send."""
+
+    data: bytes | memoryview
+    offset: int
+    at_tail: bool
+    end_of_segment: bool
+    stored: Callable[[], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +397,27 @@ class Segment:
 
     async def read(self, offset: int, max_bytes: int, wait: float = 0.0) -> ReadResult:
         """Bytes from `offset` (at most `max_bytes`, within one chunk); at the tail, wait for an append."""
+        await self._reach(offset, wait)
+        assert self.verified is not None
+        data = self.verified.read(offset, max_bytes, self.end) if offset < self.end else b""
+        stop = offset + len(data)
+        return ReadResult(data, offset, stop >= self.end, stop >= self.end and self.state.sealed)
+
+    async def read_checked(self, offset: int, max_bytes: int, wait: float = 0.0) -> CheckedRead:
+        """`read` (the same checks, the same wait at the tail), its bytes from `VerifiedReads.checked_view`:
+        checked, not copied."""
+        await self._reach(offset, wait)
+        assert self.verified is not None
+        end = self.end
+        data = self.verified.checked_view(offset, max_bytes, end) if offset < end else b""
+        state = self.state
+        stop = offset + len(data)
+        return CheckedRead(data, offset, stop >= end, stop >= end and state.sealed,
+                           lambda: state.start_offset <= offset)
+
+    async def _reach(self, offset: int, wait: float) -> None:
+        """Check a read's offset (not truncated away, not past the end); at the tail, wait up to `wait` seconds
+        for an append."""
         if offset < self.state.start_offset:
             raise OffsetTruncated(self.name, offset, self.state.start_offset)
         if offset > self.end:
@@ -397,10 +431,6 @@ class Segment:
                 pass
             if offset < self.state.start_offset:
                 raise OffsetTruncated(self.name, offset, self.state.start_offset)
-        assert self.verified is not None
-        data = self.verified.read(offset, max_bytes, self.end) if offset < self.end else b""
-        stop = offset + len(data)
-        return ReadResult(data, offset, stop >= self.end, stop >= self.end and self.state.sealed)
 
     async def read_frames(self, offset: int, max_bytes: int, wait: float = 0.0) -> ReadResult:
         """Like `read`, but whole frames only: at least one frame, even one larger than `max_bytes`."""

@@ -24,6 +24,7 @@ from logport.store.lock import DataDirectoryLock
 from logport.store.segment import (
     AppendResult,
     Buffer,
+    CheckedRead,
     ReadResult,
     Segment,
     SegmentInfo,
@@ -294,6 +295,10 @@ class SegmentStore:
 
     async def read_frames(self, name: str, offset: int, max_bytes: int, *, wait: float = 0.0) -> ReadResult:
         return await self.segment(name).read_frames(offset, max_bytes, wait)
+
+    async def read_checked(self, name: str, offset: int, max_bytes: int, *, wait: float = 0.0) -> CheckedRead:
+        """`read` for a sender that copies nothing itself (Segment.read_checked)."""
+        return await self.segment(name).read_checked(offset, max_bytes, wait)
 
     # --- management ---
 

@@ -24,16 +24,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, overload
+from typing import overload
 
 from crc32c import crc32c
 
 from logport.errors import CorruptData
 from logport.store import frames, groups
 from logport.store.files import ChunkReader, chunk_path
-
-if TYPE_CHECKING:
-    from logport.store.segment import Segment
 
 _LAYOUTS_KEPT = 8  # layouts of chunks other than the last
 _SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
@@ -545,30 +542,3 @@ def _verify_pieces(data: Pieces, group_starts: list[int]) -> groups.Corrupt | No
         if groups.commit_record(fields, crc) != head:
             return groups.Corrupt(start, stop, "checksum mismatch")
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedRead:
-    """A read of a segment for a sender that copies nothing itself (`read_checked`): `data` may be a view of
-    a chunk file's mapping, whose bytes are the segment's only while `stored()` says so (retention recycles
-    the files of the chunks it drops, and a recycled file is written again): check it before each send."""
-
-    data: bytes | memoryview
-    offset: int
-    at_tail: bool
-    end_of_segment: bool
-    stored: Callable[[], bool]
-
-
-async def read_checked(segment: Segment, offset: int, max_bytes: int, wait: float = 0.0) -> CheckedRead:
-    """`Segment.read` (the same checks, the same wait at the tail), its bytes from
-    `VerifiedReads.checked_view`: checked, not copied."""
-    await segment.read(offset, 0, wait)  # the offset checked, and the wait; it reads nothing
-    verified = segment.verified
-    assert verified is not None
-    end = segment.end
-    data = verified.checked_view(offset, max_bytes, end) if offset < end else b""
-    state = segment.state
-    stop = offset + len(data)
-    return CheckedRead(data, offset, stop >= end, stop >= end and state.sealed,
-                       lambda: state.start_offset <= offset)
