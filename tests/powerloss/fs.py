@@ -213,11 +213,7 @@ class LazyOperations(pyfuse3.Operations):
 
     @_fuse_errors
     async def write(self, fh: int, off: int, buf: bytes) -> int:
-        node = self._file(fh)
-        written = self.fs.write(node, off, bytes(buf))
-        if fh in self._sync_writes:
-            self.fs.fsync(node, datasync=True)
-        return written
+        return self.fs.write(self._file(fh), off, bytes(buf), durable=fh in self._sync_writes)
 
     async def flush(self, fh: int) -> None:
         pass  # close(2) persists nothing

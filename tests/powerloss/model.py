@@ -120,6 +120,7 @@ class Counters:
     fdatasyncs: int = 0
     fsyncdirs: int = 0
     writes: int = 0
+    sync_writes: int = 0  # through an O_DSYNC or O_SYNC descriptor
     written_bytes: int = 0
     synced_bytes: int = 0
     committed_changes: int = 0
@@ -367,12 +368,22 @@ class VolatileFS:
     def read(self, node: File, offset: int, size: int) -> bytes:
         return node.overlay.read(self._fd(node), offset, size)
 
-    def write(self, node: File, offset: int, data: bytes) -> int:
-        node.overlay.write(self._fd(node), offset, data)
-        node.touch()
-        self.dirty.add(node)
+    def write(self, node: File, offset: int, data: bytes, durable: bool = False) -> int:
+        """`durable`: through an O_DSYNC or O_SYNC descriptor (see Overlay.write_durable)."""
         self.counters.writes += 1
         self.counters.written_bytes += len(data)
+        node.touch()
+        if durable:
+            self.counters.sync_writes += 1
+            if node.overlay.write_durable(self._fd(node), offset, data):
+                self.counters.synced_bytes += len(data)
+                if not node.overlay.dirty:
+                    self.dirty.discard(node)
+                return len(data)
+        node.overlay.write(self._fd(node), offset, data)
+        self.dirty.add(node)
+        if durable:
+            self.fsync(node, datasync=True)
         return len(data)
 
     def truncate(self, node: File, size: int) -> None:

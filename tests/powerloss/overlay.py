@@ -143,6 +143,37 @@ class Overlay:
     def write(self, fd: int, offset: int, data: bytes) -> None:
         self.ops.append(Write(offset, data))
         self.pending_bytes += len(data)
+        self._put_pages(fd, offset, data)
+
+    def write_durable(self, fd: int, offset: int, data: bytes) -> bool:
+        """A write through an O_DSYNC (or O_SYNC) descriptor: durable when it returns, and only it. It goes
+        to the backing file at once, and the unsynced writes made before it lose the bytes it covers (a
+        power loss that keeps some of them must not put older bytes over it); the file's other unsynced
+        writes stay unsynced. False, having done nothing, when it would change the file's size or a
+        truncate is pending (the caller then writes and syncs the whole file: more durable than needed,
+        which no store write here relies on)."""
+        end = offset + len(data)
+        if end > self.synced_size or any(isinstance(op, Truncate) for op in self.ops):
+            return False
+        kept: list[Op] = []
+        for op in self.ops:
+            assert isinstance(op, Write)
+            stop = op.offset + len(op.data)
+            if stop <= offset or op.offset >= end:
+                kept.append(op)
+                continue
+            if op.offset < offset:
+                kept.append(Write(op.offset, op.data[: offset - op.offset]))
+            if stop > end:
+                kept.append(Write(end, op.data[end - op.offset :]))
+        self.ops = kept
+        self.pending_bytes = sum(len(op.data) for op in kept if isinstance(op, Write))
+        apply_ops(fd, [Write(offset, data)])
+        self._put_pages(fd, offset, data)
+        return True
+
+    def _put_pages(self, fd: int, offset: int, data: bytes) -> None:
+        """Reads see `data` at `offset` from now on."""
         end = offset + len(data)
         at = offset
         while at < end:

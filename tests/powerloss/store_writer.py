@@ -1,6 +1,6 @@
 """A store process for the power-loss tests: appends until it is killed, printing each acknowledgement.
 
-    python -m tests.powerloss.store_writer DATA_DIR SEED
+    python -m tests.powerloss.store_writer DATA_DIR SEED [direct]
 
 Writers 0..WRITERS-1 append exactly-once to segment `exact`: item (w, i) is one event of ITEM bytes at
 writer offsets [i * FRAME, (i + 1) * FRAME) of writer key `w<w>`, so a restarted process knows where
@@ -8,7 +8,8 @@ each writer stands from the store alone. On start each writer first repeats its 
 which the store must answer as a duplicate, then goes on. Writer `plain` appends two-event groups
 without a writer to segment `plain` (at least once). Every acknowledgement is printed, flushed, as
 `ACK <segment> <offset> <body>` (`DUP ...` for a duplicate) before the next append of that writer.
-Chunks are small and retention is on, so chunks roll into spares, written ahead and recycled.
+Chunks are small and retention is on, so chunks roll into spares, written ahead and recycled. With
+`direct`, store.direct_io is on: commits into those chunks are O_DIRECT|O_DSYNC writes, with no fdatasync.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ FRAME = ITEM + 8
 CHUNK = 64 * 1024
 
 
-def config(data_dir: str) -> StoreConfig:
+def config(data_dir: str, direct: bool = False) -> StoreConfig:
     return StoreConfig(data_dir=data_dir, chunk_size=CHUNK, max_frame_size=4096, retention_bytes=6 * CHUNK,
-                       spare_chunks=2, prewrite_chunks=True)
+                       spare_chunks=2, prewrite_chunks=True, direct_io=direct)
 
 
 def item(writer: int, i: int) -> bytes:
@@ -69,12 +70,12 @@ async def plain_writer(store: SegmentStore, seed: int) -> None:
         i += 1
 
 
-async def main(data_dir: str, seed: int) -> None:
+async def main(data_dir: str, seed: int, direct: bool) -> None:
     rng = random.Random(seed)
-    store = await SegmentStore.open(config(data_dir))
+    store = await SegmentStore.open(config(data_dir, direct))
     say("OPEN")
     await asyncio.gather(plain_writer(store, seed), *(exact_writer(store, w, rng) for w in range(WRITERS)))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["direct"]))

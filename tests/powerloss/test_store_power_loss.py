@@ -37,9 +37,11 @@ def lazy(tmp_path: Path) -> Iterator[LazyFS]:
         yield fs
 
 
-def run_until_killed(data_dir: Path, seed: int, rng: random.Random, acked: dict[str, dict[int, bytes]]) -> int:
+def run_until_killed(data_dir: Path, seed: int, rng: random.Random, acked: dict[str, dict[int, bytes]],
+                     direct: bool = False) -> int:
     """Start the writer process, let it append a random while, SIGKILL it; returns the acks it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.powerloss.store_writer", str(data_dir), str(seed)],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.powerloss.store_writer", str(data_dir), str(seed),
+                             *(["direct"] if direct else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     assert proc.stdout is not None
     buffer = b""
@@ -99,20 +101,25 @@ def check(data_dir: Path, acked: dict[str, dict[int, bytes]]) -> dict[str, int]:
     return counts
 
 
-def test_the_store_loses_nothing_acknowledged_through_power_losses(lazy: LazyFS) -> None:
+@pytest.mark.parametrize("direct", [False, True], ids=["fdatasync", "direct_io"])
+def test_the_store_loses_nothing_acknowledged_through_power_losses(lazy: LazyFS, direct: bool) -> None:
+    """direct_io: commits into recycled and written-ahead chunks are O_DIRECT|O_DSYNC writes, each durable
+    when it returns and nothing else with it (the file system makes only that write durable)."""
     rng = random.Random(int(os.environ.get("LOGPORT_POWERLOSS_SEED", "20261125")))
     data_dir = lazy.mountpoint / "data"
     acked: dict[str, dict[int, bytes]] = {"exact": {}, "plain": {}}
     modes: dict[str, int] = {}
     total_acks = 0
     for n in range(POWER_LOSSES):
-        total_acks += run_until_killed(data_dir, n, rng, acked)
+        total_acks += run_until_killed(data_dir, n, rng, acked, direct)
         mode = MODES[n % len(MODES)]
         lazy.power_loss(mode, seed=rng.randrange(1 << 30), block=rng.choice([0, 512, 4096]))
         modes[mode] = modes.get(mode, 0) + 1
         counts = check(data_dir, acked)
     spares = list((data_dir / "segments" / "exact").glob("spare.*.chunk"))
     stats = lazy.stats()
-    print(f"\nstore power loss: {POWER_LOSSES} power losses ({modes}), {total_acks} acknowledged appends, "
-          f"{counts} events stored at the end, {len(spares)} spare chunks, {stats['fdatasyncs']} fdatasyncs, "
-          f"{WRITERS} exactly-once writers")
+    print(f"\nstore power loss{' (direct_io)' if direct else ''}: {POWER_LOSSES} power losses ({modes}), "
+          f"{total_acks} acknowledged appends, {counts} events stored at the end, {len(spares)} spare chunks, "
+          f"{stats['fdatasyncs']} fdatasyncs, {stats['sync_writes']} O_DSYNC writes, {WRITERS} exactly-once writers")
+    # direct_io commits went through the O_DSYNC descriptor (it is not refused and left to fdatasync)
+    assert (stats["sync_writes"] > stats["fdatasyncs"]) if direct else stats["sync_writes"] == 0
