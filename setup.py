@@ -18,4 +18,7 @@ setup(ext_modules=[
     # the Spark source's msgpack -> VARIANT encoder (logport/spark/variant.py is its reference)
     Extension("logport.spark._variant_encode", ["src/logport/spark/_variant_encode.c"], optional=True,
               extra_compile_args=["-O2"]),
+    # store.direct_io's commit engine: groups written back to back by a native thread (store/engine.py)
+    Extension("logport.store._commitengine", ["src/logport/store/_commitengine.c"], optional=True,
+              extra_compile_args=["-O2", "-pthread"], extra_link_args=["-pthread"]),
 ])

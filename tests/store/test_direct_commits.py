@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logport.config import StoreConfig
-from logport.store import SegmentStore, chunkwriter
+from logport.store import SegmentStore, chunkwriter, engine
 from logport.store.files import SEGMENTS_DIR, chunk_path, list_chunk_bases
 from logport.store.groups import walk_chunk
 from logport.store.reader import DirectoryReader
@@ -58,10 +58,22 @@ def stored_groups(data_dir: Path) -> list[bytes]:
     return out
 
 
+def events_and_layouts(data_dir: Path) -> tuple[list[bytes], list[int]]:
+    """Every stored event, and each chunk's base, checking that no chunk has a corrupt range."""
+    seg_dir = data_dir / SEGMENTS_DIR / "s"
+    bases = list_chunk_bases(seg_dir)
+    for base in bases:
+        assert not walk_chunk(chunk_path(seg_dir, base).read_bytes(), base).corrupt
+    return [bytes(b) for _, b in DirectoryReader(data_dir).iter_events("s")], bases
+
+
 @settings(max_examples=40, deadline=None)
 @given(plan=steps)
-def test_direct_commits_store_the_bytes_that_write_and_fdatasync_do(tmp_path_factory: pytest.TempPathFactory,
-                                                                    plan: list[tuple[list[int], bool]]) -> None:
+def test_direct_commits_store_what_write_and_fdatasync_do(tmp_path_factory: pytest.TempPathFactory,
+                                                          plan: list[tuple[list[int], bool]]) -> None:
+    """Through the writer thread, a direct commit is the bytes of a buffered one; through the commit engine
+    (the loop adds each append on its own, the engine's thread takes what is there), the same events in
+    other groups."""
     direct_calls = 0
     write_group_direct = chunkwriter.ChunkWriter._write_group_direct
 
@@ -70,21 +82,25 @@ def test_direct_commits_store_the_bytes_that_write_and_fdatasync_do(tmp_path_fac
         direct_calls += 1
         return write_group_direct(self, *args)  # type: ignore[arg-type]
 
-    chunkwriter.ChunkWriter._write_group_direct = counting  # type: ignore[method-assign]
-    try:
-        direct, buffered = tmp_path_factory.mktemp("direct"), tmp_path_factory.mktemp("buffered")
-        expected = asyncio.run(run(direct, plan, True))
-        calls_with_direct = direct_calls
-        assert asyncio.run(run(buffered, plan, False)) == expected
-        assert direct_calls == calls_with_direct  # direct_io = false never writes directly
-    finally:
-        chunkwriter.ChunkWriter._write_group_direct = write_group_direct  # type: ignore[method-assign]
-    assert stored_groups(direct) == stored_groups(buffered)
-    for d in (direct, buffered):
-        assert [bytes(b) for _, b in DirectoryReader(d).iter_events("s")] == expected
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(chunkwriter.ChunkWriter, "_write_group_direct", counting)
+        buffered, threaded = tmp_path_factory.mktemp("buffered"), tmp_path_factory.mktemp("threaded")
+        expected = asyncio.run(run(buffered, plan, False))
+        assert direct_calls == 0  # direct_io = false never writes directly
+        m.setattr(engine, "Engine", None)  # no commit engine: direct commits in the writer thread
+        assert asyncio.run(run(threaded, plan, True)) == expected
+    assert stored_groups(threaded) == stored_groups(buffered)
+    dirs = [buffered, threaded]
+    if engine.available():
+        through_engine = tmp_path_factory.mktemp("engine")
+        assert asyncio.run(run(through_engine, plan, True)) == expected
+        dirs.append(through_engine)
+    for d in dirs:
+        assert events_and_layouts(d)[0] == expected
 
 
-def test_commits_into_a_recycled_chunk_are_direct_and_into_a_new_file_are_not(tmp_path: Path) -> None:
+def test_commits_into_a_recycled_chunk_are_direct_and_into_a_new_file_are_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     write_group_direct = chunkwriter.ChunkWriter._write_group_direct
 
@@ -92,15 +108,34 @@ def test_commits_into_a_recycled_chunk_are_direct_and_into_a_new_file_are_not(tm
         calls.append(start)
         return write_group_direct(self, start, *args)  # type: ignore[arg-type]
 
-    chunkwriter.ChunkWriter._write_group_direct = counting  # type: ignore[method-assign]
-    try:
-        # two chunks' worth in new files (never direct), then dropped: the next two rolls take them as spares
-        plan = [([3000, 3000], False)] * 3 + [([3000, 3000], False)] + [([3000, 3000], False)] * 6
-        asyncio.run(run(tmp_path, plan, True))
-    finally:
-        chunkwriter.ChunkWriter._write_group_direct = write_group_direct  # type: ignore[method-assign]
+    monkeypatch.setattr(chunkwriter.ChunkWriter, "_write_group_direct", counting)
+    monkeypatch.setattr(engine, "Engine", None)  # every direct commit in the writer thread, counted
+    # two chunks' worth in new files (never direct), then dropped: the next two rolls take them as spares
+    plan = [([3000, 3000], False)] * 3 + [([3000, 3000], False)] + [([3000, 3000], False)] * 6
+    asyncio.run(run(tmp_path, plan, True))
     assert calls, "no commit went directly into a recycled chunk"
     assert min(calls) >= 4 * 6016 - CHUNK  # none before the first truncation made spares
+
+
+@pytest.mark.skipif(not engine.available(), reason="the commit engine (a C extension) is not built")
+def test_the_commit_engine_takes_the_commits_into_a_recycled_chunk(tmp_path: Path) -> None:
+    async def go() -> int:
+        config = StoreConfig(data_dir=str(tmp_path), chunk_size=CHUNK, max_frame_size=4096, spare_chunks=3,
+                             direct_io=True)
+        store = await SegmentStore.open(config)
+        await store.create("s")
+        for i in range(36):
+            await asyncio.gather(*(store.append("s", [bytes([i + 1]) * 3000]) for _ in range(2)))
+            if i % 8 == 7:
+                await store.truncate("s", store.info("s").end_offset)
+        line = store.segment("s")._engine
+        assert line is not None
+        written = line.groups_written
+        await store.close()
+        return written
+
+    assert asyncio.run(go()) > 10
+    assert len(events_and_layouts(tmp_path)[0]) == 2 * 4  # the appends after the last truncation
 
 
 @pytest.mark.parametrize("direct_io", [True, False])

@@ -170,6 +170,33 @@ class ChunkWriter:
         self.layout.end = end
         self.has_data = True
 
+    def engine_position(self) -> tuple[int, int, int, int, bytes, int] | None:
+        """Where the direct commit engine (store/engine.py) goes on from, when the active chunk takes
+        direct writes from the segment's end on: (descriptor, base, end, prev, page head, limit)."""
+        limit = self.base + min(self.config.chunk_size, self._file_size // _PAGE * _PAGE)
+        if self._direct_fd < 0 or self.write_pos + COMMIT_SIZE >= limit:
+            return None
+        off = self.write_pos - self.base
+        return (self._direct_fd, self.base, self.write_pos, self.prev, self._head_bytes(off - off % _PAGE, off),
+                limit)
+
+    def engine_stopped(self, end: int, prev: int, page_head: bytes) -> None:
+        """The engine wrote up to `end` (its groups are in `layout`), continuing the chain to `prev`."""
+        if end != self.write_pos:
+            self.has_data = True
+        self.write_pos, self.prev, self._page_head = end, prev, page_head
+
+    def engine_failed(self, start: int, prev: int) -> None:
+        """The engine's write of the group at `start` failed: it and every group after it are not written.
+        Back to before it; its COMMIT frame's place is zeroed (part of the write may have landed), as
+        `_undo` does."""
+        self.write_pos, self.prev, self._page_head = start, prev, None
+        self.has_data = self.layout.end > self.base + CHUNK_HEADER_SIZE
+        try:
+            os.pwrite(self.fd, bytes(COMMIT_SIZE), start - self.base)
+        except OSError:
+            pass
+
     def _write_group_direct(self, start: int, parts: list[Buffer], end: int, fields: bytes, crc: int) -> int:
         """The group as one write of whole pages through the O_DIRECT|O_DSYNC descriptor, into blocks the
         file already has (a recycled or pre-written chunk: an extending direct write would commit the

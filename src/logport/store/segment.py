@@ -24,7 +24,7 @@ from logport.errors import (
     StoreError,
     StoreWriteFailed,
 )
-from logport.store import frames
+from logport.store import engine, frames
 from logport.store.appends import (
     MAX_WRITER_KEY,
     AppendResult,
@@ -122,6 +122,7 @@ class Segment:
         self._space.set()
         self._tail = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._engine: engine.EngineLine | None = None  # store.direct_io's commits without the GIL (store/engine.py)
         self._fsync_task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()  # the staged groups and the two flags below, shared with the writer thread
         self._staged: list[CommitGroup] = []
@@ -190,7 +191,12 @@ class Segment:
         self.end = writer.write_pos
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._commit_loop(), name=f"commit:{self.name}")
+        loop = asyncio.get_running_loop()
+        if self.config.fsync == "always" and self.config.direct_io and engine.available():
+            assert self.chunk_writer is not None
+            self._engine = engine.EngineLine(self.chunk_writer, loop, self._durable, self._failed,
+                                             lambda group: self._stage(group, loop), self._on_fsync)
+        self._task = loop.create_task(self._commit_loop(), name=f"commit:{self.name}")
         if self.config.fsync == "interval":
             self._fsync_task = asyncio.get_running_loop().create_task(self._interval_fsync())
         self._prepare_next()
@@ -244,10 +250,11 @@ class Segment:
 
     def _enqueue(self, pending: PendingAppend) -> None:
         self.pending_bytes += pending.size
-        if self._writing and not self._queue:
-            # the writer thread is busy: stage it now, not on the commit loop's next turn, which
-            # comes late while the loop reads sockets (it was 24 ms behind with 8 segment-protocol
-            # appenders); the thread takes it with whatever else is staged when its commit is done
+        if (self._writing or self._engine is not None and self._engine.busy) and not self._queue:
+            # the writer thread (or the commit engine) is busy: stage it now, not on the commit loop's
+            # next turn, which comes late while the loop reads sockets (it was 24 ms behind with 8
+            # segment-protocol appenders); the thread takes it with whatever else is staged when its
+            # commit is done
             self._commit([pending], asyncio.get_running_loop())
         else:  # the commit loop's next turn: appends made in this turn of the loop join it
             self._queue.append(pending)
@@ -294,10 +301,10 @@ class Segment:
             fail(batch, self._write_failed(e))
             self._done(batch)
             return
-        if group.accepted or group.retries:
-            self._stage(group, loop)
-        else:
+        if not group.accepted and not group.retries:
             self._done(batch)
+        elif self._engine is None or not self._engine.take(group, self._writing):
+            self._stage(group, loop)
 
     def _stage(self, group: CommitGroup, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
@@ -335,6 +342,11 @@ class Segment:
             loop.call_soon_threadsafe(self._written, groups, offsets, self.chunk_writer.write_pos,
                                       self.chunk_writer.layout)
         loop.call_soon_threadsafe(self._wake.set)  # close() waits for this job
+
+    def _durable(self, groups: list[CommitGroup], offsets: list[int], end: int, layout: ChunkLayout) -> None:
+        """Groups the direct commit engine wrote: their claims are stored offsets now, then they hear."""
+        self.writer_state.written(groups)
+        self._written(groups, offsets, end, layout)
 
     def _written(self, groups: list[CommitGroup], offsets: list[int], end: int, layout: ChunkLayout) -> None:
         self.end = end
@@ -550,6 +562,8 @@ class Segment:
             await self._task
         if self._fsync_task is not None:
             self._fsync_task.cancel()
+        if self._engine is not None:
+            self._engine.close()
         if self.chunk_writer is not None:
             self.chunk_writer.close()
         if self.reader is not None:
