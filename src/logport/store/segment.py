@@ -303,7 +303,13 @@ class Segment:
             return
         if not group.accepted and not group.retries:
             self._done(batch)
-        elif self._engine is None or not self._engine.take(group, self._writing):
+            return
+        try:
+            taken = self._engine is not None and self._engine.take(group, self._writing)
+        except Exception as e:  # a bug: fail this batch, keep serving the next
+            self._fail_groups([group], self._write_failed(e))
+            return
+        if not taken:
             self._stage(group, loop)
 
     def _stage(self, group: CommitGroup, loop: asyncio.AbstractEventLoop) -> None:
