@@ -59,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="runs of each case, store and segment alternating; the median of each is shown")
     p.add_argument("--baseline", default="", help="a git revision whose code (hub, store and clients) runs beside this "
                    "one, order alternating, e.g. f034c9a (format v1)")
+    p.add_argument("--appends-only", action="store_true",
+                   help="only the append cases (no catch-up and tail reads): the appends' figures in less time")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
     p.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # internal: one configuration's runs
 
@@ -327,7 +329,8 @@ def measure(work: Path, args: argparse.Namespace, size: int, appenders: int) -> 
         runs["tcp"].append(loopback_tcp(total))
         runs["store"].append(run_async(lambda: store_case(work, args, size, appenders, total)))
         runs["segment"].append(run_async(lambda: segment_case(work, args, size, appenders, total, False)))
-        if appenders == 1:  # a run of its own: a following reader takes CPU from the appender
+        if appenders == 1 and not getattr(args, "appends_only", False):  # a run of its own: a following reader
+            # takes CPU from the appender
             runs["reads"].append(run_async(lambda: segment_case(work, args, size, 1, total, True)))
     return runs
 
@@ -423,6 +426,8 @@ def run(args: argparse.Namespace) -> int:
     print("#   recv_into), the ceiling of any TCP path here. MB per hub CPU-s: the hub process's user+system CPU")
     print("#   during the timed appends (its clients run in processes of their own). code: this tree, or")
     print("#   --baseline's (its hub, store and clients, from a git worktree), a process per run, order alternating.")
+    if not read_rows:  # --appends-only
+        return 0
     print()
     table(["event", "code", "catch-up read MB/s", "catch-up MB per hub CPU-s", "store read MB/s", "catch-up/store",
            "tail read MB/s", "append MB/s meanwhile", "tail/append", "tail behind at end ms"], read_rows)

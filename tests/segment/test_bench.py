@@ -24,6 +24,16 @@ def test_bench_segment_runs_each_configuration_and_prints_both_tables(
     assert list(tmp_path.iterdir()) == []  # the data of every case is gone
 
 
+def test_bench_segment_appends_only_runs_no_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "segment", "--dir", str(tmp_path), "--sizes", "65536", "--appenders", "1",
+                 "--mib-large", "1", "--warmup-mib", "1", "--repeat", "1", "--appends-only"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 64 KiB |")]
+    assert len(rows) == 1 and rows[0].startswith("| 64 KiB |         1 |")  # the appends' row, no read row
+    assert "catch-up" not in out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_segment_runs_a_baseline_revision_beside_this_code(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "segment", "--dir", str(tmp_path), "--sizes", "65536", "--appenders", "1",
