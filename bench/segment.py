@@ -59,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="runs of each case, store and segment alternating; the median of each is shown")
     p.add_argument("--baseline", default="", help="a git revision whose code (hub, store and clients) runs beside this "
                    "one, order alternating, e.g. f034c9a (format v1)")
+    p.add_argument("--appends-only", action="store_true",
+                   help="only the append cases (no catch-up and tail reads): the appends' figures in less time")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the client process
     p.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # internal: one configuration's runs
 
@@ -225,9 +227,11 @@ async def segment_case(work: Path, args: argparse.Namespace, size: int, appender
             tail = asyncio.create_task(run_client({"mode": "tail", "port": port, "expect": expect}))
             await asyncio.sleep(1.0)  # the reader is connected and waiting at the tail
         cpu0 = cpu_seconds()
+        loop0 = loop_thread_seconds()
         out["append"] = await run_client({"mode": "append", "port": port, "size": size, "appenders": appenders,
                                           "total": total, "block_size": args.block_size})
         out["append"]["cpu"] = cpu_seconds() - cpu0
+        out["append"]["loop_cpu"] = loop_thread_seconds() - loop0
         if reads:
             out["tail"] = await tail
             cpu0 = cpu_seconds()
@@ -246,6 +250,12 @@ def cpu_seconds() -> float:
     """User + system CPU of this process (the hub's, every thread): its clients run in processes of their own."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def loop_thread_seconds() -> float:
+    """CPU seconds of this thread, the hub's event loop's (the listener's receive path, the store's loop side,
+    the replies); the rest of cpu_seconds is the store's writer thread and the other workers."""
+    return time.thread_time()
 
 
 def direct_read(data_dir: Path) -> int:
@@ -327,7 +337,8 @@ def measure(work: Path, args: argparse.Namespace, size: int, appenders: int) -> 
         runs["tcp"].append(loopback_tcp(total))
         runs["store"].append(run_async(lambda: store_case(work, args, size, appenders, total)))
         runs["segment"].append(run_async(lambda: segment_case(work, args, size, appenders, total, False)))
-        if appenders == 1:  # a run of its own: a following reader takes CPU from the appender
+        if appenders == 1 and not getattr(args, "appends_only", False):  # a run of its own: a following reader
+            # takes CPU from the appender
             runs["reads"].append(run_async(lambda: segment_case(work, args, size, 1, total, True)))
     return runs
 
@@ -391,8 +402,13 @@ def run(args: argparse.Namespace) -> int:
                     seg_mbs = median([mbs(r["append"]) for r in segs])
                     tcp_mbs = median([mbs(r) for r in runs["tcp"]])
                     seg_cpu = median([r["append"]["bytes"] / 1e6 / r["append"]["cpu"] for r in segs])
+                    # ms of hub CPU per MB: the event loop's thread, and the others (the store's writer)
+                    loop_ms = median([r["append"]["loop_cpu"] * 1e3 / (r["append"]["bytes"] / 1e6) for r in segs])
+                    rest_ms = median([(r["append"]["cpu"] - r["append"]["loop_cpu"]) * 1e3 / (r["append"]["bytes"] / 1e6)
+                                      for r in segs])
                     rows.append((f"{size // 1024} KiB", appenders, label, round(seg_mbs, 1), round(store_mbs, 1),
-                                 f"{seg_mbs / store_mbs:.0%}", round(seg_cpu), round(tcp_mbs, 1),
+                                 f"{seg_mbs / store_mbs:.0%}", round(seg_cpu), f"{loop_ms:.3f} / {rest_ms:.3f}",
+                                 round(tcp_mbs, 1),
                                  round(seg_mbs * 1e6 / size),
                                  " ".join(f"{mbs(g['append']) / mbs(t):.0%}" for g, t in zip(segs, stores, strict=True)),
                                  " ".join(loads[label])))
@@ -411,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
             remove_baseline_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
     table(["event", "appenders", "code", "segment MB/s", "store MB/s", "segment/store", "MB per hub CPU-s",
-           "loopback TCP MB/s", "events/s", "ratio per run", "load (1 min) per run"], rows)
+           "hub CPU ms/MB: loop / threads", "loopback TCP MB/s", "events/s", "ratio per run", "load (1 min) per run"], rows)
     print("# segment: SegmentAppender clients in another process -> the segment listener -> the store, acked")
     print("#   after fsync; store: SegmentStore.append in-process, same event size and writer count. Both are")
     print(f"#   handed one block ({args.block_size} bytes) of events per call, different bodies (a 64 MiB pool).")
@@ -423,6 +439,10 @@ def run(args: argparse.Namespace) -> int:
     print("#   recv_into), the ceiling of any TCP path here. MB per hub CPU-s: the hub process's user+system CPU")
     print("#   during the timed appends (its clients run in processes of their own). code: this tree, or")
     print("#   --baseline's (its hub, store and clients, from a git worktree), a process per run, order alternating.")
+    print("#   hub CPU ms/MB: the same CPU per MB appended, split: the event loop's thread (receive, parse, queue,")
+    print("#   reply) / the other threads (the store's writer: page-cache copy, CRC, fdatasync); medians.")
+    if not read_rows:  # --appends-only
+        return 0
     print()
     table(["event", "code", "catch-up read MB/s", "catch-up MB per hub CPU-s", "store read MB/s", "catch-up/store",
            "tail read MB/s", "append MB/s meanwhile", "tail/append", "tail behind at end ms"], read_rows)

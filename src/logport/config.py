@@ -232,6 +232,7 @@ class SegmentServerConfig:
     read_wait: float = 60.0  # a ReadSegment at the tail without wait_ms waits this long
     keepalive_interval: float = 10.0  # KeepAlive to a reader waiting at the tail
     max_pending_bytes: int = 32 * MiB  # appended, unacknowledged bytes per connection before reading pauses
+    max_total_pending_bytes: int = 64 * MiB  # the same over all connections of the listener
     receive_pool_bytes: int = 128 * MiB  # free append-block receive buffers kept for reuse; 0: none
     idle_timeout: float = 0.0  # close a connection silent this long; 0 = never
     max_connections: int = 1024  # further connections are closed at once
@@ -244,6 +245,7 @@ class SegmentServerConfig:
         for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
                     "max_pending_bytes", "max_connections", "max_reads_per_connection", "max_writers_per_connection"):
             _check_positive(f"{where}.{key}", getattr(self, key))
+        _check_positive(f"{where}.max_total_pending_bytes", self.max_total_pending_bytes)
         for key in ("read_wait", "idle_timeout", "receive_pool_bytes"):
             _check_positive(f"{where}.{key}", getattr(self, key), zero_ok=True)
         if self.max_message_size > 16 * MiB - 1:

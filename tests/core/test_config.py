@@ -93,6 +93,7 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         ("[forward]\nmax_connections_per_peer = -1\n", "'forward.max_connections_per_peer' has value -1"),
         ("[segment]\nmax_connections_per_peer = 1.5\n", "'segment.max_connections_per_peer' must be an integer"),
         ("[segment.tls]\nhandshake_timeout = 0\n", "'segment.tls.handshake_timeout' has value 0"),
+        ("[segment]\nmax_total_pending_bytes = 0\n", "'segment.max_total_pending_bytes' has value 0"),
         ("[lumberjack.tls]\nhandshake_timeout = -1\n", "'lumberjack.tls.handshake_timeout' has value -1.0"),
         ("[[routes]]\nmatch = 'a'\n", "'routes[0].segment'"),
         ("[forward]\nsegment = 'a/b'\n", "'forward.segment' has value 'a/b'; not a segment name"),

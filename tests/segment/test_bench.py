@@ -19,9 +19,23 @@ def test_bench_segment_runs_each_configuration_and_prints_both_tables(
     out = capsys.readouterr().out
     (append_row,) = [line for line in out.splitlines() if line.startswith("| 64 KiB |         1 |")]
     assert append_row.count("%") == 2  # the ratio of the medians and the one run's
+    cells = [cell.strip() for cell in append_row.split("|")[1:-1]]
+    loop_ms, threads_ms = (float(x) for x in cells[7].split(" / "))  # the hub's CPU per MB, split by thread
+    assert loop_ms > 0 and threads_ms > 0
+    assert loop_ms + threads_ms == pytest.approx(1000 / float(cells[6].replace(",", "")), rel=0.05)
     (read_row,) = [line for line in out.splitlines() if line.startswith("| 64 KiB |") and line != append_row]
     assert read_row.count("%") == 2
     assert list(tmp_path.iterdir()) == []  # the data of every case is gone
+
+
+def test_bench_segment_appends_only_runs_no_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "segment", "--dir", str(tmp_path), "--sizes", "65536", "--appenders", "1",
+                 "--mib-large", "1", "--warmup-mib", "1", "--repeat", "1", "--appends-only"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 64 KiB |")]
+    assert len(rows) == 1 and rows[0].startswith("| 64 KiB |         1 |")  # the appends' row, no read row
+    assert "catch-up" not in out
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bench_segment_runs_a_baseline_revision_beside_this_code(
@@ -34,7 +48,7 @@ def test_bench_segment_runs_a_baseline_revision_beside_this_code(
     reads = [row for row in rows if row[1] != "1"]  # event, code, ...
     assert [row[2] for row in appends] == ["this", "HEAD"]
     assert [row[1] for row in reads] == ["this", "HEAD"]
-    assert all(len(row[9].split()) == 2 for row in appends)  # the ratio of each of the two runs
+    assert all(len(row[10].split()) == 2 for row in appends)  # the ratio of each of the two runs
     assert list(tmp_path.iterdir()) == []
     worktrees = subprocess.run(["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in worktrees  # the baseline's worktree is removed

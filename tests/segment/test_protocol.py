@@ -528,6 +528,67 @@ def test_in_place_into_dirty_buffers_matches_receive_data(blocks: list[list[byte
     assert received_in_place(wire, sizes, allocate=dirty) == received(sp.Role.SERVER, wire, sizes[0])
 
 
+def test_between_large_blocks_a_read_takes_just_their_end_and_begin() -> None:
+    """After a block of 64 KiB or more received in place, the next read is one EndAppendBlock and one
+    BeginAppendBlock long, so the next block's data lands in its own buffer, not in the scratch buffer
+    (from where it was copied four times); after a small block, or any other message, reads are large."""
+    large = sp.event_messages([bytes([i]) * 20_000 for i in range(4)])  # 80,032 bytes
+    small = sp.event_messages([b"s" * 100])
+    between = len(sp.encode(sp.EndAppendBlock(CID, 0, 0))) + len(sp.encode(sp.BeginAppendBlock(CID, 0, 0)))
+    wire = (SETUP + sp.encode_block(CID, 0, large) + sp.encode_block(CID, len(large), large)
+            + sp.encode_block(CID, 2 * len(large), small) + sp.encode_block(CID, 2 * len(large) + len(small), large)
+            + sp.encode(sp.GetSegmentInfo("x")) + sp.encode_block(CID, 3 * len(large) + len(small), small))
+    given: list[memoryview] = []
+
+    def allocate(n: int) -> memoryview:
+        given.append(dirty(n))
+        return given[-1]
+
+    conn = sp.Connection(sp.Role.SERVER, allocate=allocate)
+    out: list = []
+    reads: list[tuple[int, bool]] = []  # (bytes read, whether into a block's own buffer) of each read
+    at = 0
+    while at < len(wire):
+        view = conn.get_buffer(-1)
+        n = min(len(view), len(wire) - at, len(SETUP) + 36 if at == 0 else len(wire))  # the first: up to the data
+        view[:n] = wire[at : at + n]
+        reads.append((len(view), any(view.obj is g.obj for g in given)))
+        at += n
+        conn.buffer_updated(n)
+        while (event := conn.next_event()) is not sp.NEED_DATA:
+            out.append(event)
+    blocks = [e for e in out if isinstance(e, sp.AppendBlock)]
+    assert [b.data for b in blocks] == [large, large, small, large, small]
+    assert out[-2] == sp.GetSegmentInfo("x")
+    # the second large block: after the first one's data, one read of its end and the next's begin, then
+    # the data in place into the buffer allocate gave, wholly
+    assert blocks[0].data is given[0] and blocks[1].data is given[1] and between == 72
+    small_reads = [i for i, (size, _) in enumerate(reads) if size == between]
+    assert len(small_reads) == 2  # after each large block but the last (a GetSegmentInfo follows it)
+    for i in small_reads:
+        assert reads[i - 1][1] and not reads[i][1]  # a large block's data came in place before it
+    assert reads[small_reads[0] + 1] == (len(large), True)  # the next block's data, all of it in one read
+    assert reads[small_reads[1] + 1][0] > between  # after the small block: a scratch read of the usual size
+    # after the last large block, its EndAppendBlock and the GetSegmentInfo: large reads again
+    assert all(size > between for size, _ in reads[small_reads[1] + 3 :])
+
+
+@given(st.lists(st.sampled_from([1, 20_000, 70_000]), min_size=1, max_size=4),
+       st.lists(st.integers(min_value=3000, max_value=100_000), min_size=1, max_size=6), st.booleans())
+def test_large_blocks_in_place_match_receive_data(sizes_of: list[int], sizes: list[int], other: bool) -> None:
+    """Blocks small and large (past the size after which reads between blocks are small), with other
+    messages between them or not, read in any cut: the same messages as receive_data gives."""
+    wire = SETUP
+    offset = 0
+    for i, size in enumerate(sizes_of):
+        events = sp.event_messages([bytes([i % 256]) * size, b"e" * (i + 1)])
+        wire += sp.encode_block(CID, offset, events)
+        if other:
+            wire += sp.encode(sp.KeepAlive(b"k")) + sp.encode(sp.GetSegmentInfo("x"))
+        offset += len(events)
+    assert received_in_place(wire, sizes, allocate=dirty) == received(sp.Role.SERVER, wire, sizes[0])
+
+
 @given(st.binary(max_size=400), st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=4))
 def test_arbitrary_bytes_in_place(data: bytes, sizes: list[int]) -> None:
     for allocate in (bytearray, dirty):

@@ -740,6 +740,15 @@ class _Block:
 
 _SCRATCH = threading.local()
 
+# Between two append blocks received in place, the next read takes just an EndAppendBlock and a
+# BeginAppendBlock (36 bytes each), so that the following block's data lands in its own buffer: a
+# 256 KiB read into the scratch buffer carried the next block's first 256 KiB with it, which were then
+# copied four times (out of the scratch, into the receive buffer, out as whole events, into the block's
+# buffer); with 1 MiB blocks, a quarter of every byte. Only after a block of at least _LARGE_BLOCK bytes
+# (one more read per such block costs nothing); after smaller ones, reads stay large.
+_BETWEEN_BLOCKS_READ: Final = 2 * (HEADER_SIZE + 16 + 8 + 4)
+_LARGE_BLOCK: Final = 64 * 1024
+
 
 def _scratch() -> memoryview:
     """The receive buffer outside blocks, one per thread (not per connection: 10k idle connections
@@ -771,6 +780,7 @@ class Connection:
         self._closed = False
         self._incoming = REQUESTS if role is Role.SERVER else REPLIES
         self._into_region = False  # the last get_buffer handed out the block's own buffer
+        self._after_large_block = False  # the last block came in place and was large: see _BETWEEN_BLOCKS_READ
 
     # -- receiving --
 
@@ -821,7 +831,19 @@ class Connection:
                 self._into_region = True
                 return view
         self._into_region = False
+        if self._between_large_blocks():
+            return _scratch()[:_BETWEEN_BLOCKS_READ]
         return _scratch()
+
+    def _between_large_blocks(self) -> bool:
+        """A large block came in place (or its data just did), and no other message came after it."""
+        state = self.state
+        if state is State.IDLE:
+            return self._after_large_block
+        if state is State.BLOCK_DATA_DONE:
+            block = self._block
+            return block is not None and block.region is not None and block.filled >= _LARGE_BLOCK
+        return False
 
     def buffer_updated(self, nbytes: int) -> None:
         """For `asyncio.BufferedProtocol`: `nbytes` were written into the last get_buffer()."""
@@ -964,6 +986,7 @@ class Connection:
             return None
         if isinstance(message, EndAppendBlock):
             return self._end_block(message)
+        self._after_large_block = False  # another request: the next reads take what comes
         if self.state is State.BLOCK_DATA_DONE:
             raise SegmentProtocolError(f"{type(message).__name__} where EndAppendBlock must follow the block's data")
         if self.state is State.SPLIT_EVENT:
@@ -1006,6 +1029,7 @@ class Connection:
         assert block is not None and block.end is not None
         self._move(label)
         self._block = None
+        self._after_large_block = block.region is not None and block.filled >= _LARGE_BLOCK
         return AppendBlock(block.begin.connection_id, block.begin.connection_offset, block.end.connection_offset,
                            block.data(), block.events)
 

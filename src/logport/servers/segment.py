@@ -114,6 +114,8 @@ class SegmentServer(TcpListener):
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.receive_pool = ReceivePool(self.config.receive_pool_bytes)
+        self.pending_bytes = 0  # append-block bytes received and not yet answered by the store, all connections
+        self.paused: set[SegmentServerProtocol] = set()  # connections paused while the listener is over its budget
         self.metrics.receive_pool_bytes.set_function(lambda: self.receive_pool.free_bytes)
         self.connections: set[SegmentServerProtocol] = set()
         self.guard = ConnectionGuard(log, max_connections=self.config.max_connections,
@@ -228,6 +230,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self._closing = True
         self._can_write.set()
         self.idle.cancel()
+        self.server.paused.discard(self)
         if self in self.server.connections:
             self.server.connections.discard(self)
             self.server.guard.release(self.peer)
@@ -641,8 +644,14 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.server.metrics.append_blocks.inc()
         if writer.failed:
             return
-        self.pending_bytes += len(block.data)
-        if self.pending_bytes > self.config.max_pending_bytes:
+        nbytes = len(block.data)
+        self.pending_bytes += nbytes
+        server = self.server
+        server.pending_bytes += nbytes
+        if server.pending_bytes > self.config.max_total_pending_bytes:
+            server.paused.add(self)  # back-pressure: the store is behind the listener's connections together
+            self.gate.hold(BUDGET)
+        elif self.pending_bytes > self.config.max_pending_bytes:
             self.gate.hold(BUDGET)  # back-pressure: the store is behind
         # Queued in the store now when the writer is set up and every block before is queued: a task
         # starts on the loop's next turn, which comes late while it reads many sockets (8 appenders of
@@ -662,12 +671,29 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
 
     def _release(self, nbytes: int) -> None:
         self.pending_bytes -= nbytes
-        if self.pending_bytes <= self.config.max_pending_bytes // 2:
-            self.gate.release(BUDGET)
+        server = self.server
+        server.pending_bytes -= nbytes
+        self._resume_if_under()
+        if server.paused and server.pending_bytes <= self.config.max_total_pending_bytes // 2:
+            for conn in list(server.paused):  # the listener's budget has room again
+                conn._resume_if_under()
+
+    def _resume_if_under(self) -> None:
+        """Read again once this connection is at half its budget or under, and the listener at half its own;
+        under its own but not the listener's, it waits among the listener's paused (its own appends may all
+        be answered: nothing of its own would call this again)."""
+        cfg = self.config
+        if not self.gate.holds(BUDGET) or self.pending_bytes > cfg.max_pending_bytes // 2:
+            return
+        if self.server.pending_bytes > cfg.max_total_pending_bytes // 2:
+            self.server.paused.add(self)
+            return
+        self.server.paused.discard(self)
+        self.gate.release(BUDGET)
 
     @property
     def reading_paused(self) -> bool:
-        """Paused by max_pending_bytes."""
+        """Paused by max_pending_bytes or max_total_pending_bytes."""
         return self.gate.holds(BUDGET)
 
     async def _store_block(self, writer: _Writer, block: sp.AppendBlock, before: asyncio.Task[None] | None,
