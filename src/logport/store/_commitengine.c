@@ -129,7 +129,9 @@ typedef struct {
     size_t tail_len;
     int open;             /* the buffer of the open group, or -1 */
     int writing;          /* the buffer of the group taken by the writer thread, or -1 */
-    size_t last_appends;  /* appends in the group written last */
+    int ready;            /* the buffer of a group closed at half a round, waiting for the writer thread, or -1 */
+    size_t in_flight;     /* appends placed and not yet written */
+    double round;         /* about how many appends are in flight at once, at most (a slowly falling peak) */
     uint64_t next_seq;
     Done *done; size_t n_done, cap_done;
     /* a failed write: its group and every one after it are not written */
@@ -146,25 +148,27 @@ static void *write_run(void *arg) {
     Engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stopping && (e->open < 0 || e->err)) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stopping && ((e->open < 0 && e->ready < 0) || e->err)) pthread_cond_wait(&e->cv, &e->mu);
         if (e->stopping) break;
-        int b = e->open;
+        int b = e->ready >= 0 ? e->ready : e->open;
         Group *g = &e->groups[b];
-        if (2 * g->appends < e->last_appends) {
-            /* The appends of the group just written are coming back (their acks are being answered): wait a
-             * moment for half of them, so that commits settle into two halves that take turns, one written
-             * while the other's appenders hear and append again. Taken at once, a group of one append went
-             * to the disk and the other fifteen after it, one short write and one long, again and again. */
+        if (b == e->open && 2 * g->appends < e->round) {
+            /* The disk is free and appends are coming back (the acks of a group just written being answered):
+             * wait a moment for half a round of them (add closes the group there), so that commits settle
+             * into two halves that take turns, one written while the other's appenders hear and append
+             * again. Taken at once, one append went to the disk and the other fifteen after it, one short
+             * write and one long, again and again. */
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += GATHER_NS;
             if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
-            while (!e->stopping && !e->err && 2 * g->appends < e->last_appends)
+            while (!e->stopping && !e->err && e->ready < 0 && 2 * g->appends < e->round)
                 if (pthread_cond_timedwait(&e->cv, &e->mu, &until) == ETIMEDOUT) break;
             if (e->stopping) break;
+            if (e->ready >= 0) b = e->ready, g = &e->groups[b];
         }
-        e->last_appends = g->appends;
-        e->open = -1;
+        if (b == e->ready) e->ready = -1;
+        else e->open = -1;
         e->writing = b;
         while (!e->stopping && g->copied < g->len) pthread_cond_wait(&e->cv, &e->mu);
         if (e->stopping) break;
@@ -203,6 +207,8 @@ static void *write_run(void *arg) {
 
         pthread_mutex_lock(&e->mu);
         e->writing = -1;
+        e->in_flight -= g->appends;
+        e->round = e->round * 0.99 > (double)e->in_flight ? e->round * 0.99 : (double)e->in_flight;
         if (err) {
             e->err = err;
             e->err_seq = g->seq;
@@ -257,7 +263,7 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_seq = 1;
-    e->open = e->writing = -1;
+    e->open = e->writing = e->ready = -1;
     if (pthread_create(&e->writer, NULL, write_run, e)) {
         PyErr_SetString(PyExc_OSError, "cannot start the commit engine's writer thread");
         return -1;
@@ -282,7 +288,7 @@ static PyObject *Engine_start(Engine *e, PyObject *args) {
                             (end - base) % PAGE);
     }
     pthread_mutex_lock(&e->mu);
-    int busy = e->open >= 0 || e->writing >= 0;
+    int busy = e->open >= 0 || e->ready >= 0 || e->writing >= 0;
     if (!busy) {
         e->fd = fd;
         e->base = base;
@@ -342,12 +348,18 @@ static PyObject *Engine_add(Engine *e, PyObject *args) {
         if (len + (size_t)size + PAGE > e->cap) {
             if (g == NULL) break;  /* larger than a buffer: the caller writes it the other way */
             Py_BEGIN_ALLOW_THREADS  /* full: wait until the writer thread takes it */
-            while (e->open >= 0 && !e->err) pthread_cond_wait(&e->cv, &e->mu);
+            while ((e->open >= 0 || e->ready >= 0) && !e->err) pthread_cond_wait(&e->cv, &e->mu);
             Py_END_ALLOW_THREADS
             continue;
         }
         if (g == NULL) {
-            e->open = e->writing == 0 ? 1 : 0;
+            if (e->ready >= 0 && e->writing >= 0) {  /* both buffers taken: wait for the write under way */
+                Py_BEGIN_ALLOW_THREADS
+                while (e->ready >= 0 && e->writing >= 0 && !e->err) pthread_cond_wait(&e->cv, &e->mu);
+                Py_END_ALLOW_THREADS
+                continue;
+            }
+            e->open = e->writing == 0 || e->ready == 0 ? 1 : 0;
             g = &e->groups[e->open];
             *g = (Group){e->next_seq++, e->end, lo, len, len, 0, 0};
         }
@@ -357,6 +369,14 @@ static PyObject *Engine_add(Engine *e, PyObject *args) {
         g->appends++;
         e->end = g->lo + g->len;
         uint64_t seq = g->seq;
+        if (++e->in_flight > e->round) e->round = (double)e->in_flight;
+        if (e->writing < 0 && e->ready < 0 && e->round >= 2 && 2 * g->appends >= e->round) {
+            /* the disk is free and the group holds half a round: it goes as it is, the next appends start
+             * the other half (otherwise a writer thread slow to wake took all sixteen at once, and a round
+             * written whole leaves the disk waiting while its appends come back) */
+            e->ready = e->open;
+            e->open = -1;
+        }
         /* copied outside the lock (the writer thread waits for g->copied to reach g->len); only the loop
          * adds, so the copies into a group, and its CRC, go in order */
         uint32_t crc = g->data_crc;
@@ -398,7 +418,8 @@ static PyObject *Engine_completed(Engine *e, PyObject *unused) {
     if (e->err && e->writing < 0) {
         failure = Py_BuildValue("(iKKI)", e->err, (unsigned long long)e->err_seq, (unsigned long long)e->err_start,
                                 e->err_prev);
-        e->open = -1;
+        e->open = e->ready = -1;
+        e->in_flight = 0;
     }
     pthread_mutex_unlock(&e->mu);
     if (list == NULL) return NULL;
@@ -413,7 +434,7 @@ static PyObject *Engine_completed(Engine *e, PyObject *unused) {
  * (head: the chunk's bytes from end's page start to end). */
 static PyObject *Engine_state(Engine *e, PyObject *unused) {
     pthread_mutex_lock(&e->mu);
-    PyObject *r = Py_BuildValue("(iKIy#)", e->open >= 0 || e->writing >= 0,
+    PyObject *r = Py_BuildValue("(iKIy#)", e->open >= 0 || e->ready >= 0 || e->writing >= 0,
                                 (unsigned long long)e->end, e->prev, (const char *)e->tail, (Py_ssize_t)e->tail_len);
     pthread_mutex_unlock(&e->mu);
     return r;
@@ -450,7 +471,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     if (e != NULL) {
         e->fd = -1;
         e->efd = -1;
-        e->open = e->writing = -1;
+        e->open = e->writing = e->ready = -1;
     }
     return (PyObject *)e;
 }
