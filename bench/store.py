@@ -233,13 +233,15 @@ def run(args: argparse.Namespace) -> int:
                                  round(median([len(x["latencies"]) / x["seconds"] for x in done])),
                                  round(median(lat) * 1e3, 3), round(percentile(lat, 0.99) * 1e3, 3), round(cpu_mb),
                                  crc_share, round(median([x.get("read_back_mbs", 0.0) for x in done])),
+                                 " ".join(f"{len(x['latencies']) * frame / x['seconds'] / 1e6:.0f}" for x in done),
                                  " ".join(loads[label])))
     finally:
         if tree is not None:
             remove_baseline_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
     table(["frame", "writers", "chunks", "store MB/s", "raw MB/s", "store/raw", "store/per-group", "appends/s",
-           "p50 ms", "p99 ms", "MB per CPU-s", "CRC share of CPU", "read back MB/s", "load (1 min) per run"], rows)
+           "p50 ms", "p99 ms", "MB per CPU-s", "CRC share of CPU", "read back MB/s", "store MB/s per run",
+           "load (1 min) per run"], rows)
     print("# raw: the same total in frame-sized os.write calls, one fdatasync at the end; per-group: the same")
     print("# with an fdatasync after every writers x frame bytes (the most an ack-after-fsync append can do);")
     print("# chunks: recycled = spares that retention dropped, fresh = written ahead during the run, none =")
