@@ -478,6 +478,13 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static PyObject *Engine_eventfd(Engine *e, void *closure) { return PyLong_FromLong(e->efd); }
 
+static PyObject *Engine_end(Engine *e, void *closure) {
+    pthread_mutex_lock(&e->mu);
+    uint64_t end = e->end;
+    pthread_mutex_unlock(&e->mu);
+    return PyLong_FromUnsignedLongLong(end);
+}
+
 static PyObject *crc32c_py(PyObject *self, PyObject *args) {
     Py_buffer data;
     unsigned int crc = 0;
@@ -498,6 +505,7 @@ static PyMethodDef Engine_methods[] = {
 
 static PyGetSetDef Engine_getset[] = {
     {"eventfd", (getter)Engine_eventfd, NULL, NULL, NULL},
+    {"end", (getter)Engine_end, NULL, "the segment offset past everything added", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -37,6 +37,16 @@ _DIRECT_FLAGS = getattr(os, "O_DIRECT", 0) | getattr(os, "O_DSYNC", 0)
 log = logging.getLogger(__name__)
 
 
+def append_record(p: PendingAppend) -> bytes:
+    """The writer record that heads an append in its group: its writer's, or, for several frames with no
+    writer, one that makes them all-or-nothing; b"" for a single frame with no writer."""
+    if p.writer is not None:
+        return frames.writer_record(p.writer.key, p.writer.end, p.size)
+    if p.multi:
+        return frames.writer_record(b"", 0, p.size)  # an atomic group, no writer
+    return b""
+
+
 def chunk_head(base: int, writers: dict[bytes, int]) -> tuple[bytes, ChunkLayout, int]:
     """A new chunk's head: its header, then a group with the writer table when there are writers.
     Returns the bytes, the chunk's layout after them, and the CRC the next group continues."""
@@ -111,11 +121,7 @@ class ChunkWriter:
         claimed: dict[bytes, int] = {}  # this commit's writers so far: with the stored ones, a new chunk's table
         try:
             for p in accepted:
-                record = b""
-                if p.writer is not None:
-                    record = frames.writer_record(p.writer.key, p.writer.end, p.size)
-                elif p.multi:
-                    record = frames.writer_record(b"", 0, p.size)  # an atomic group, no writer
+                record = append_record(p)
                 n = len(record) + p.size
                 if pos - self.base + n > self.config.chunk_size and (parts or self.has_data):
                     if parts:

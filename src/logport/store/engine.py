@@ -28,9 +28,8 @@ import collections
 import os
 from collections.abc import Callable
 
-from logport.store import frames
 from logport.store.appends import Buffer, CommitGroup
-from logport.store.chunkwriter import ChunkWriter
+from logport.store.chunkwriter import ChunkWriter, append_record
 from logport.store.groups import COMMIT_SIZE, ChunkLayout
 
 try:
@@ -102,11 +101,7 @@ class EngineLine:
         starts: list[int] = []
         total = 0
         for p in group.accepted:
-            record = b""
-            if p.writer is not None:
-                record = frames.writer_record(p.writer.key, p.writer.end, p.size)
-            elif p.multi:
-                record = frames.writer_record(b"", 0, p.size)
+            record = append_record(p)
             parts.append([record, *p.parts] if record else p.parts)
             starts.append(len(record))
             sizes.append(len(record) + p.size)
@@ -114,8 +109,7 @@ class EngineLine:
         fits = not writer_busy and self._start() and max(sizes, default=0) + COMMIT_SIZE + 2 * 4096 <= BUFFER_BYTES
         if fits:
             assert self._engine is not None
-            _, end, _, _ = self._engine.state()
-            fits = end + total + COMMIT_SIZE * len(sizes) <= self._limit
+            fits = self._engine.end + total + COMMIT_SIZE * len(sizes) <= self._limit
         if not fits:
             if self._inflight:
                 self.held.append(group)
