@@ -12,6 +12,7 @@ import struct
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -725,11 +726,9 @@ async def test_segment_limit_is_an_operation_failed_reply(tmp_path: Path) -> Non
         await h.stop()
 
 
-async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) -> None:
-    limit = 64 * 1024
-    h = Hub(hub_config(tmp_path, max_pending_bytes=limit), serve_metrics=False)
-    await h.start()
-    store = h.runtime.store  # type: ignore[union-attr]
+def hold_appends(store: Any) -> tuple[asyncio.Event, Any]:
+    """Make the store's submit_framed wait for the returned event before it queues anything (a store
+    behind its clients); the real submit_framed, to put back."""
     gate = asyncio.Event()
     real_submit = store.submit_framed
 
@@ -740,7 +739,16 @@ async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) ->
 
         return asyncio.ensure_future(later())
 
-    store.submit_framed = slow_submit  # type: ignore[method-assign]
+    store.submit_framed = slow_submit
+    return gate, real_submit
+
+
+async def test_server_stops_reading_while_the_store_is_behind(tmp_path: Path) -> None:
+    limit = 64 * 1024
+    h = Hub(hub_config(tmp_path, max_pending_bytes=limit), serve_metrics=False)
+    await h.start()
+    store = h.runtime.store  # type: ignore[union-attr]
+    gate, real_submit = hold_appends(store)
     try:
         peer = await Peer.open(port_of(h))
         await peer.send(sp.SetupAppend(CID, "logs"))
@@ -777,17 +785,7 @@ async def test_server_stops_reading_all_connections_over_the_listeners_budget(tm
     h = Hub(hub_config(tmp_path, max_total_pending_bytes=limit), serve_metrics=False)
     await h.start()
     store = h.runtime.store  # type: ignore[union-attr]
-    gate = asyncio.Event()
-    real_submit = store.submit_framed
-
-    def slow_submit(*args, **kwargs):  # type: ignore[no-untyped-def]
-        async def later():  # type: ignore[no-untyped-def]
-            await gate.wait()
-            return await real_submit(*args, **kwargs)
-
-        return asyncio.ensure_future(later())
-
-    store.submit_framed = slow_submit  # type: ignore[method-assign]
+    gate, real_submit = hold_appends(store)
     server = h.services["segment"]
     try:
         peers = [await Peer.open(port_of(h)) for _ in range(3)]
