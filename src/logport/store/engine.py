@@ -75,7 +75,7 @@ class EngineLine:
         self._failed = failed
         self._stage = stage
         self._on_fsync = on_fsync
-        self._engine: _commitengine.Engine | None = None  # made on the first commit it takes: 2 threads, 2 buffers
+        self._engine: _commitengine.Engine | None = None  # made on the first commit it takes: a thread, 2 buffers
         self._running = False  # started at the chunk writer's position, which is the engine's until drained
         self._seq = 0  # the number of the last group an add went into
         self._inflight: collections.deque[_Entry] = collections.deque()
