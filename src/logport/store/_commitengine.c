@@ -372,7 +372,7 @@ static PyObject *Engine_add(Engine *e, PyObject *args) {
         if (++e->in_flight > e->round) e->round = (double)e->in_flight;
         if (e->writing < 0 && e->ready < 0 && e->round >= 2 && 2 * g->appends >= e->round) {
             /* the disk is free and the group holds half a round: it goes as it is, the next appends start
-             * the other half (otherwise a writer thread slow to wake took all sixteen at once, and a round
+             * the other half (otherwise a writer thread slow to wake would take all sixteen at once, and a round
              * written whole leaves the disk waiting while its appends come back) */
             e->ready = e->open;
             e->open = -1;
