@@ -2,7 +2,8 @@
 writer thread (store/chunkwriter.py) after the exactly-once check (store/writers.py), checked reads
 (store/verified.py), recovery on open, seal, truncation and retention. The path of an append: `submit` ->
 `_enqueue` -> `_commit_loop` -> `WriterState.check` -> `_stage` -> `ChunkWriter.write` (writer thread) ->
-`_written` answers it."""
+`_written` answers it; with direct_io, into a chunk's written blocks, `EngineLine.take` (store/engine.py) in
+place of `_stage`, then the engine's thread, then `_durable` -> `_written`."""
 
 from __future__ import annotations
 
