@@ -243,9 +243,9 @@ class SegmentServerConfig:
     def check(self, where: str = "segment") -> None:
         _check_listener(where, self)
         for key in ("max_message_size", "max_event_size", "max_block_size", "read_reply_max", "keepalive_interval",
-                    "max_pending_bytes", "max_connections", "max_reads_per_connection", "max_writers_per_connection"):
+                    "max_pending_bytes", "max_total_pending_bytes", "max_connections", "max_reads_per_connection",
+                    "max_writers_per_connection"):
             _check_positive(f"{where}.{key}", getattr(self, key))
-        _check_positive(f"{where}.max_total_pending_bytes", self.max_total_pending_bytes)
         for key in ("read_wait", "idle_timeout", "receive_pool_bytes"):
             _check_positive(f"{where}.{key}", getattr(self, key), zero_ok=True)
         if self.max_message_size > 16 * MiB - 1:
