@@ -110,7 +110,7 @@ typedef struct {
     uint32_t data_crc;    /* CRC32C of its frames copied so far */
 } Group;
 
-typedef struct { uint64_t seq, start, end; uint32_t crc; double seconds; } Done;
+typedef struct { uint64_t seq, start, end; double seconds; } Done;
 
 typedef struct {
     PyObject_HEAD
@@ -222,11 +222,11 @@ static void *write_run(void *arg) {
             if (e->n_done == e->cap_done) {
                 size_t cap = e->cap_done ? 2 * e->cap_done : 64;
                 Done *d = realloc(e->done, cap * sizeof(Done));
-                if (d == NULL) abort();  /* 40 bytes a group; nothing sane is left to do */
+                if (d == NULL) abort();  /* 32 bytes a group; nothing sane is left to do */
                 e->done = d;
                 e->cap_done = cap;
             }
-            e->done[e->n_done++] = (Done){g->seq, g->start, g->lo + g->len, crc, seconds_between(t0, t1)};
+            e->done[e->n_done++] = (Done){g->seq, g->start, g->lo + g->len, seconds_between(t0, t1)};
         }
         pthread_cond_broadcast(&e->cv);
         uint64_t one = 1;
@@ -400,7 +400,7 @@ static PyObject *Engine_add(Engine *e, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* completed() -> ([(seq, start, end, crc, seconds)...], failure): the groups written since the last call, in
+/* completed() -> ([(seq, start, end, seconds)...], failure): the groups written since the last call, in
  * order, and None or (errno, seq, start, prev) of the write that failed (it and every group after it are
  * not written; the engine takes nothing more until `start` again). */
 static PyObject *Engine_completed(Engine *e, PyObject *unused) {
@@ -410,8 +410,8 @@ static PyObject *Engine_completed(Engine *e, PyObject *unused) {
     PyObject *list = PyList_New((Py_ssize_t)e->n_done);
     for (size_t i = 0; list && i < e->n_done; i++) {
         Done *d = &e->done[i];
-        PyList_SET_ITEM(list, i, Py_BuildValue("(KKKId)", (unsigned long long)d->seq, (unsigned long long)d->start,
-                                               (unsigned long long)d->end, d->crc, d->seconds));
+        PyList_SET_ITEM(list, i, Py_BuildValue("(KKKd)", (unsigned long long)d->seq, (unsigned long long)d->start,
+                                               (unsigned long long)d->end, d->seconds));
     }
     e->n_done = 0;
     PyObject *failure = NULL;

@@ -77,6 +77,7 @@ class EngineLine:
         self._on_fsync = on_fsync
         self._engine: _commitengine.Engine | None = None  # made on the first commit it takes: a thread, 2 buffers
         self._running = False  # started at the chunk writer's position, which is the engine's until drained
+        self._limit = 0  # while running: no group ends past this segment offset
         self._seq = 0  # the number of the last group an add went into
         self._inflight: collections.deque[_Entry] = collections.deque()
         self.held: list[CommitGroup] = []
@@ -106,10 +107,9 @@ class EngineLine:
             starts.append(len(record))
             sizes.append(len(record) + p.size)
             total += len(record) + p.size
-        fits = not writer_busy and self._start() and max(sizes, default=0) + COMMIT_SIZE + 2 * 4096 <= BUFFER_BYTES
-        if fits:
-            assert self._engine is not None
-            fits = self._engine.end + total + COMMIT_SIZE * len(sizes) <= self._limit
+        # each append in a group of its own, at worst: its COMMIT frame and the pages on either side
+        fits = (not writer_busy and max(sizes) + COMMIT_SIZE + 2 * 4096 <= BUFFER_BYTES and self._start()
+                and self._engine is not None and self._engine.end + total + COMMIT_SIZE * len(sizes) <= self._limit)
         if not fits:
             if self._inflight:
                 self.held.append(group)
@@ -164,7 +164,7 @@ class EngineLine:
         done, failure = self._engine.completed()
         layout = self._writer.layout
         self.groups_written += len(done)
-        for seq, start, end, _, seconds in done:
+        for seq, start, end, seconds in done:
             layout.groups.append(start)
             layout.end = end
             if self._on_fsync is not None:
