@@ -869,6 +869,7 @@ static Py_ssize_t lj_drain(void *sock, int router, Py_ssize_t max_batch, size_t 
             whole = 0;
         }
         lj_message *m = &h->m;
+        memset(m, 0, sizeof(*m));
         m->nframes = h->nparts;
         for (int f = 0; f < h->nparts; f++) {
             m->frame[f] = zq.msg_data(&h->part[f]);
@@ -968,7 +969,7 @@ static PyObject *drain(PyObject *module, PyObject *args) {
     if (d == NULL)
         return NULL;
     d->router = router;
-    d->held = calloc((size_t)max_batch, sizeof(*d->held));
+    d->held = malloc((size_t)max_batch * sizeof(*d->held)); /* not zeroed: each entry is set as it is used */
     if (d->held == NULL) {
         Py_DECREF(d);
         return PyErr_NoMemory();
