@@ -21,6 +21,7 @@ import zmq.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from logport.config import RouteConfig
 from logport.protocols import logjam as lj
 from logport.servers import logjam as device_module
 from logport.servers import logjam_ingest
@@ -54,24 +55,26 @@ ODD = st.lists(FRAME, min_size=1, max_size=8)  # up to 8 frames: more than a log
 MESSAGE = st.tuples(DATA | PING | ODD, st.booleans())  # (frames, sync: sent with the empty frame on ROUTER)
 
 
-async def stored_bodies(hub: Any) -> list[bytes]:
+async def stored_bodies(hub: Any, segment: str) -> list[bytes]:
     store = hub.runtime.store
-    if not store.exists("logjam"):
+    if not store.exists(segment):
         return []
-    info = store.info("logjam")
+    info = store.info(segment)
     out = []
     offset = info.start_offset
     while offset < info.end_offset:
-        r = await store.read_frames("logjam", offset, 1 << 24)
+        r = await store.read_frames(segment, offset, 1 << 24)
         out += [bytes(body) for _, kind, body in store_frames.iter_frames(r.data, offset) if kind == store_frames.EVENT]
         offset = r.next_offset
     return [b for b in out if PROBE not in b and MARKER not in b]
 
 
 async def through_a_hub(tmp: Path, messages: list[tuple[list[bytes], bool]], router: bool,
-                        publish: str) -> tuple[list[bytes], list[list[bytes]], list[tuple[Any, ...]]]:
-    """(stored bodies, replies, published messages with their sequence counted back from the marker's)."""
+                        publish: str) -> tuple[list[list[bytes]], list[list[bytes]], list[tuple[Any, ...]]]:
+    """(stored bodies per segment, replies, published messages with their sequence counted back from the
+    marker's). One app-env is routed to a segment of its own: a batch of both is stored in two appends."""
     cfg = hub_config(tmp, ["logjam"], logjam={"heartbeat_interval": 600.0, "publish_compression": publish})
+    cfg.routes = [RouteConfig(match="logjam.other-staging.**", segment="other")]
     ctx = zmq.asyncio.Context()
     try:
         async with running_hub(cfg) as hub:
@@ -111,12 +114,13 @@ async def through_a_hub(tmp: Path, messages: list[tuple[list[bytes], bool]], rou
             marker = lj.decode_meta(published[-1][3]).sequence
             seen = [(*got[:3], lj.decode_meta(got[3]), marker - lj.decode_meta(got[3]).sequence)
                     for got in published[:-1]]
-            return await stored_bodies(hub), replies, seen
+            return [await stored_bodies(hub, segment) for segment in ("logjam", "other")], replies, seen
     finally:
         ctx.destroy(linger=0)
 
 
-def both_paths(tmp: Path, messages: list[tuple[list[bytes], bool]], router: bool, publish: str) -> None:
+def both_paths(tmp: Path, messages: list[tuple[list[bytes], bool]], router: bool, publish: str) -> Any:
+    """The C side's outcome, held equal to the Python path's."""
     saved = logjam_ingest.drain, logjam_ingest.time, device_module.now_ms
     logjam_ingest.time = types.SimpleNamespace(time=lambda: NOW_MS / 1000)  # type: ignore[assignment]
     device_module.now_ms = lambda: NOW_MS
@@ -137,10 +141,11 @@ def both_paths(tmp: Path, messages: list[tuple[list[bytes], bool]], router: bool
         reference = asyncio.run(through_a_hub(tmp / "python", messages, router, publish))
     finally:
         logjam_ingest.drain, logjam_ingest.time, device_module.now_ms = saved
-    assert native[0] == reference[0]  # stored, byte for byte
+    assert native[0] == reference[0]  # stored, byte for byte, in each segment
     assert native[1] == reference[1]  # replies
     assert [p[:3] for p in native[2]] == [p[:3] for p in reference[2]]  # published frames
     assert [p[3:] for p in native[2]] == [p[3:] for p in reference[2]]  # meta, and the numbering
+    return native
 
 
 @pytest.mark.slow
@@ -161,4 +166,5 @@ def test_a_batch_with_every_kind_of_message_is_the_same(tmp_path: Path, router: 
     odd = [[lj.PING, APP_ENVS[0], b"{}", meta(0, 1)], [APP_ENVS[0], TOPIC, b"[1]", meta(0, 1)], [b"x"] * 8,
            [APP_ENVS[0], b"nologs", BODIES[0]]]
     messages = [(frames, i % 3 == 0) for i, frames in enumerate(data[:4] + odd[:2] + data[4:] + odd[2:] + data)]
-    both_paths(tmp_path, messages, router, "zlib")
+    stored, replies, published = both_paths(tmp_path, messages, router, "zlib")
+    assert all(stored) and len(published) >= len(data) * 2 and (replies or not router)

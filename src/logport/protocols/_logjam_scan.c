@@ -465,7 +465,7 @@ static int lj_put_str(jp_buf *b, const char *s) {
 /* The rest of the scratch a pass needs, made once per call. */
 typedef struct {
     jp_parser ps;
-    jp_buf json, record, finished;
+    jp_buf json, record;
     z_stream z;
     int z_ready;
 } lj_scratch;
@@ -518,7 +518,6 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
     top.noted[0] = "started_at";
     top.noted[1] = "started_ms";
     sc->record.len = sc->record.nfix = 0;
-    sc->finished.len = 0;
     if (jp_top_object(&sc->ps, json, json + json_len, &sc->record, &top))
         return -1;
     uint64_t stored_created = created_ms ? created_ms : now_ms;
@@ -546,11 +545,10 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
         seconds = stored_created / 1000;
         nanos = stored_created % 1000 * 1000000;
     }
-    if (jp_finish(&sc->record, &sc->finished))
-        return -1;
+    size_t record_len = jp_final_size(&sc->record); /* finished straight into `out` below, not copied */
     /* [tag, entries, option] as MessageDecoder.stored_body writes it */
     size_t tag_len = 7 + app_env_len + 1 + topic_len;
-    size_t entry_len = 11 + sc->finished.len;
+    size_t entry_len = 11 + record_len;
     if (entry_len > 0xffffffffu || jp_reserve(out, 64 + tag_len + entry_len + 2 * (app_env_len + topic_len)
                                                        + (size_t)m->peer_len + received_on_len + 160))
         return -1;
@@ -585,7 +583,8 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
     jp_be(p + 3, seconds & 0xffffffffu, 4);
     jp_be(p + 7, nanos, 4);
     out->len += 11;
-    jp_put(out, sc->finished.data, sc->finished.len);
+    if (jp_finish(&sc->record, out))
+        return -1;
     jp_byte(out, 0x89);
     lj_put_str(out, "size");
     jp_uint(out, 1);
@@ -697,7 +696,6 @@ static PyObject *accept_batch(PyObject *module, PyObject *args) {
     Py_END_ALLOW_THREADS
     jp_buf_free(&sc.json);
     jp_buf_free(&sc.record);
-    jp_buf_free(&sc.finished);
     PyObject *result = failed ? NULL : PyList_New(count);
     PyObject *last_tag = NULL;
     lj_message *last_m = NULL;
@@ -792,7 +790,8 @@ typedef struct {
     Py_ssize_t count;    /* messages taken: held[0 .. count) */
     Py_ssize_t received; /* messages taken from the socket: count, and the one left to Python if any */
     int router;
-    PyObject *framed;    /* the stored bodies, each an Event frame of the store (int32 0, uint32 length, body) */
+    jp_buf framed;       /* the stored bodies, each an Event frame of the store (int32 0, uint32 length, body), lent
+                          * as this object's buffer (never changed, freed with it) */
     PyObject *runs;      /* [(tag, start, end, frames)]: consecutive messages of one tag, their span of framed */
     PyObject *left;      /* (frames, peer) of the message the pass did not take, or None */
 } Drained;
@@ -808,7 +807,7 @@ static void drained_release(Drained *d) {
 
 static void drained_dealloc(Drained *d) {
     drained_release(d);
-    Py_XDECREF(d->framed);
+    jp_buf_free(&d->framed);
     Py_XDECREF(d->runs);
     Py_XDECREF(d->left);
     Py_TYPE(d)->tp_free((PyObject *)d);
@@ -975,7 +974,7 @@ static PyObject *drain(PyObject *module, PyObject *args) {
         return PyErr_NoMemory();
     }
     size_t limit = limit_arg < 0 ? 0 : (size_t)limit_arg, max_frame = max_frame_arg < 0 ? 0 : (size_t)max_frame_arg;
-    jp_buf out = {0}, extra = {0};
+    jp_buf extra = {0};
     lj_scratch sc;
     memset(&sc, 0, sizeof(sc));
     Py_ssize_t count = -1, left = -1, nheld = 0;
@@ -983,20 +982,18 @@ static PyObject *drain(PyObject *module, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     if (jp_parser_init(&sc.ps, MAX_BODY_DEPTH) == 0)
         count = lj_drain((void *)(uintptr_t)handle, router, max_batch, limit, received_on, (size_t)received_on_len,
-                         now_ms, max_frame, d->held, &nheld, &left, &sc, &out, &extra, &err);
+                         now_ms, max_frame, d->held, &nheld, &left, &sc, &d->framed, &extra, &err);
     jp_parser_free(&sc.ps);
     if (sc.z_ready)
         inflateEnd(&sc.z);
     Py_END_ALLOW_THREADS
     jp_buf_free(&sc.json);
     jp_buf_free(&sc.record);
-    jp_buf_free(&sc.finished);
     d->nheld = nheld;
     if (count >= 0) {
         d->count = count;
         d->received = count + (left >= 0);
-        d->framed = PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.len);
-        d->runs = d->framed == NULL ? NULL : lj_runs(d->held, count, &out);
+        d->runs = lj_runs(d->held, count, &d->framed);
         d->left = d->runs == NULL ? NULL : left >= 0 ? lj_left(&d->held[left], &extra) : Py_NewRef(Py_None);
     } else if (err == ENOMEM) {
         PyErr_NoMemory();
@@ -1008,7 +1005,6 @@ static PyObject *drain(PyObject *module, PyObject *args) {
             zq.msg_close(&d->held[left].part[f]);
         d->held[left].nparts = 0;
     }
-    jp_buf_free(&out);
     jp_buf_free(&extra);
     if (d->left == NULL) {
         Py_DECREF(d);
@@ -1082,6 +1078,23 @@ static PyObject *drained_finish(Drained *d, PyObject *args) {
     return PyLong_FromUnsignedLongLong(sequence);
 }
 
+static int drained_getbuffer(Drained *d, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)d, d->framed.data != NULL ? d->framed.data : (void *)"",
+                             (Py_ssize_t)d->framed.len, 1, flags);
+}
+
+static PyBufferProcs drained_as_buffer = {(getbufferproc)drained_getbuffer, NULL};
+
+static PyObject *drained_framed(Drained *d, void *closure) {
+    return PyMemoryView_FromObject((PyObject *)d);
+}
+
+static PyGetSetDef drained_getset[] = {
+    {"framed", (getter)drained_framed, NULL, "the stored bodies as the store's Event frames (a view of this batch)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef drained_methods[] = {
     {"finish", (PyCFunction)drained_finish, METH_VARARGS,
      "finish(pub, router, stored, device, recompress, sequence, now_ms) -> sequence: once the store answered, "
@@ -1094,7 +1107,6 @@ static PyMethodDef drained_methods[] = {
 static PyMemberDef drained_members[] = {
     {"count", T_PYSSIZET, offsetof(Drained, count), READONLY, "messages taken"},
     {"received", T_PYSSIZET, offsetof(Drained, received), READONLY, "messages taken from the socket"},
-    {"framed", T_OBJECT_EX, offsetof(Drained, framed), READONLY, "the stored bodies as the store's Event frames"},
     {"runs", T_OBJECT_EX, offsetof(Drained, runs), READONLY, "[(tag, start, end, frames)] over framed"},
     {"left", T_OBJECT, offsetof(Drained, left), READONLY, "(frames, peer) of the message left to Python, or None"},
     {NULL, 0, 0, 0, NULL},
@@ -1109,6 +1121,8 @@ static PyTypeObject DrainedType = {
     .tp_doc = "A batch drain() took from a socket: stored bodies framed, messages held until finish().",
     .tp_methods = drained_methods,
     .tp_members = drained_members,
+    .tp_getset = drained_getset,
+    .tp_as_buffer = &drained_as_buffer,
 };
 #endif /* LJ_NATIVE */
 

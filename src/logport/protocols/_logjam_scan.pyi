@@ -8,7 +8,7 @@ def drain(socket: int, router: bool, max_batch: int, limit: int, received_on: st
 class Drained:
     count: int
     received: int
-    framed: bytes
+    framed: memoryview
     runs: list[tuple[str, int, int, int]]
     left: tuple[list[bytes], str] | None
     def finish(self, pub: int, router: int, stored: bool, device: int, recompress: int, sequence: int, now_ms: int,
