@@ -11,7 +11,7 @@
  *
  * drain (built where libzmq's headers are) takes the messages from a ROUTER or PULL socket itself, through
  * libzmq's C API on the socket pyzmq made, and runs the same pass on each as it comes, with no Python object
- * per message: the stored bodies, already framed for the store, in one bytes object, and the messages held as
+ * per message: the stored bodies, already framed for the store, in one buffer, and the messages held as
  * libzmq gave them until `finish` answers the sync senders and publishes them on PUB (or lets them go, when
  * the store failed). It stops at the first message the pass does not take, which goes back to Python whole:
  * the Python path's answers and order stand for it.
@@ -470,6 +470,15 @@ typedef struct {
     int z_ready;
 } lj_scratch;
 
+/* What a pass's scratch holds, let go (without the GIL: plain free). */
+static void lj_scratch_free(lj_scratch *sc) {
+    jp_parser_free(&sc->ps);
+    if (sc->z_ready)
+        inflateEnd(&sc->z);
+    jp_buf_free(&sc->json);
+    jp_buf_free(&sc->record);
+}
+
 /* One message: checked, decompressed, transcoded and stored into `out`; -1: the Python path decides. */
 static int lj_take(lj_message *m, int router, size_t limit, const char *received_on, size_t received_on_len,
                    uint64_t now_ms, lj_scratch *sc, jp_buf *out) {
@@ -690,12 +699,8 @@ static PyObject *accept_batch(PyObject *module, PyObject *args) {
     } else {
         failed = 1;
     }
-    jp_parser_free(&sc.ps);
-    if (sc.z_ready)
-        inflateEnd(&sc.z);
+    lj_scratch_free(&sc);
     Py_END_ALLOW_THREADS
-    jp_buf_free(&sc.json);
-    jp_buf_free(&sc.record);
     PyObject *result = failed ? NULL : PyList_New(count);
     PyObject *last_tag = NULL;
     lj_message *last_m = NULL;
@@ -983,12 +988,8 @@ static PyObject *drain(PyObject *module, PyObject *args) {
     if (jp_parser_init(&sc.ps, MAX_BODY_DEPTH) == 0)
         count = lj_drain((void *)(uintptr_t)handle, router, max_batch, limit, received_on, (size_t)received_on_len,
                          now_ms, max_frame, d->held, &nheld, &left, &sc, &d->framed, &extra, &err);
-    jp_parser_free(&sc.ps);
-    if (sc.z_ready)
-        inflateEnd(&sc.z);
+    lj_scratch_free(&sc);
     Py_END_ALLOW_THREADS
-    jp_buf_free(&sc.json);
-    jp_buf_free(&sc.record);
     d->nheld = nheld;
     if (count >= 0) {
         d->count = count;
