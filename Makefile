@@ -48,6 +48,9 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logpo
 		2>/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-dev; }
 	@# logjam's C pass inflates zlib bodies with zlib (setup.py links it to _logjam_scan)
 	@[ -e /usr/include/zlib.h ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q zlib1g-dev; }
+	@# logjam's C pass drains the ZeroMQ sockets itself (libzmq's C API: its headers), and bench logjam's load
+	@# generator (bench/_logjam_load.c) links libzmq
+	@[ -e /usr/include/zmq.h ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libzmq3-dev; }
 	@# the power-loss tests' FUSE file system (tests/powerloss): pyfuse3 builds against libfuse3
 	@pkg-config --exists fuse3 2>/dev/null && command -v fusermount3 >/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q fuse3 libfuse3-dev pkg-config; }

@@ -12,7 +12,9 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"],
               depends=["src/logport/protocols/_jsonpack.h"],
-              libraries=["z"] if name == "_logjam_scan" else [])  # logjam's zlib bodies inflate in C
+              # logjam's zlib bodies inflate in C; its socket drain finds pyzmq's libzmq with dlopen (built only
+              # where libzmq's headers are, zmq.h: the Makefile installs them)
+              libraries=["z", "dl"] if name == "_logjam_scan" else [])
     for name in ("_forward_scan", "_segment_scan", "_lumberjack_scan", "_logjam_scan")
 ] + [
     # the Spark source's msgpack -> VARIANT encoder (logport/spark/variant.py is its reference)

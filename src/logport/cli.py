@@ -33,8 +33,11 @@ PIPELINE_MODULE = "logport.spark.pipeline"  # add_arguments(parser), main(args) 
 # `logport bench` with no scenario: how long each takes with its defaults (rough, on a 2-core machine) and
 # what it needs beyond the venv; what it measures is the first paragraph of its module's docstring
 BENCH_NEEDS: dict[str, tuple[str, str]] = {
-    "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node"),
-    "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
+    "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node; "
+                "fluent-bit on PATH for --peer fluent-bit"),
+    "logjam": ("3-5 min", "cc and libzmq's headers for its C load generator (`make setup`); git and pip to build "
+               "the --baseline commit it runs beside this checkout ('' to skip); logjam-device on PATH for "
+               "--peer logjam-device"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),

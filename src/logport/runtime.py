@@ -50,6 +50,27 @@ class Runtime:
             await asyncio.gather(*(store.append(segment, bodies) for segment, bodies in by_segment.items()))
         return counts
 
+    async def submit_framed(self, default_segment: str, framed: memoryview,
+                            runs: Iterable[tuple[str, int, int, int]]) -> None:
+        """`append_routed` for bodies already framed as the store's Event frames, one after another in `framed`:
+        runs of (tag, start, end, frames) say which span of it holds each tag's frames. Each segment's frames
+        in one append, written as `append_routed` writes the same bodies (the caller vouches for the frames,
+        each within max_frame_size, and that `framed` does not change until this returns); returns once all
+        are durable."""
+        router = self.router
+        by_segment: dict[str, tuple[list[Buffer], int]] = {}
+        for tag, start, end, frames in runs:
+            segment = router.segment_for(tag, default_segment)
+            parts, count = by_segment.get(segment, ([], 0))
+            parts.append(framed[start:end])
+            by_segment[segment] = (parts, count + frames)
+        if len(by_segment) == 1:  # the common case: the whole batch in one segment, as it is
+            ((segment, (_, count)),) = by_segment.items()
+            await self.store.submit(segment, [framed], multi=count > 1)
+        elif by_segment:
+            await asyncio.gather(*(self.store.submit(segment, parts, multi=count > 1)
+                                   for segment, (parts, count) in by_segment.items()))
+
     def submit_routed(self, default_segment: str, tag: str, parts: list[Buffer],
                       writer: WriterCondition | None = None, frames: int = 1) -> asyncio.Future[AppendResult]:
         """Queue `frames` whole frames, given as buffers that must not change until it is answered (see
