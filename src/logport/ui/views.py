@@ -350,7 +350,7 @@ class Views:
             x["share"] = (x["sum"] or 0) / time_spent if time_spent else None
         out.sort(key=lambda x: (x[sort] is None, -(x[sort] or 0) if descending else (x[sort] or 0), x["page"]))
         return {"rows": out[:limit], "total": len(out), "cut": len(out) > limit, "sort": sort, "resource": resource,
-                "group": group, "module": module, "descending": descending,
+                "group": group, "module": module, "descending": descending, "range": r.query(),
                 "range_info": {"per_minute": per_minute}}
 
     # --- one action (or module, or all_pages) ---
