@@ -104,10 +104,13 @@ class Views:
         if page is not None:
             clauses.append("page = ?")
             params.append(page)
+        d0, m0, d1, m1 = r.bounds()
         if per_minute and not r.whole_days:
-            d0, m0, d1, m1 = r.bounds()
-            clauses.append("(date > ? OR minute >= ?) AND (date < ? OR minute < ?)")
-            params += [d0, m0, d1, m1]
+            clauses.append("(date > ? OR (date = ? AND minute >= ?)) AND (date < ? OR (date = ? AND minute < ?))")
+            params += [d0, d0, m0, d1, d1, m1]
+        else:  # the files are of these days already, but a query over two ranges (patterns) needs it
+            clauses.append("date BETWEEN ? AND ?")
+            params += [d0, d1]
         return " AND ".join(clauses) or "true", params
 
     def _aggregate(self, r: TimeRange, minutes: bool) -> tuple[str, str, bool]:

@@ -255,9 +255,12 @@ async function api(view, extra) {
   return body;
 }
 
+// where show() draws: the page's main element, or in the report the section being written
+let target = null;
+
 function show(title, ...children) {
-  document.title = `${title} · logport`;
-  document.getElementById("main").replaceChildren(h("h1", {}, title), ...children);
+  if (!target) document.title = `${title} · logport`;
+  (target || document.getElementById("main")).replaceChildren(h("h1", {}, title), ...children);
 }
 
 // --- the views ---
@@ -565,15 +568,10 @@ function renderReport() {
     h("a", {href: "#overview"}, "overview"), r.sections.map((s) => h("a", {href: `#${s.stream.app}-${s.stream.env}`}, `${s.stream.app}-${s.stream.env}`))));
   main.replaceChildren();
   const render = (fn, data, id) => {
-    const holder = h("div", {id, class: "report-section"});
-    main.append(holder);
-    const mainEl = main;
-    // the views draw into #main; give them the holder for the time being
-    holder.id = "main";
-    mainEl.id = "report-root";
+    target = h("div", {id, class: "report-section"});
+    main.append(target);
     fn(data);
-    holder.id = id;
-    mainEl.id = "main";
+    target = null;
   };
   render(VIEWS.overview, r.overview, "overview");
   for (const s of r.sections) render(VIEWS.dashboard, s, `${s.stream.app}-${s.stream.env}`);
