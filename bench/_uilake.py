@@ -426,3 +426,77 @@ def _write_table(con: Any, root: Path, name: str, sql: str, partition: tuple[str
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# --- the same requests as stored logjam events (what the pipeline reads) ---
+
+def logjam_batches(requests: pa.Table, batch_size: int = 500) -> Iterator[bytes]:
+    """Stored batches as the logjam listener writes them: tag `logs.<app>.<env>`, option app_env and topic."""
+    from logport.batch import encode_batch
+
+    pending: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+    sequence = 0
+    for app_env, started_ms, record in logjam_records(requests):
+        triples = pending.setdefault(app_env, [])
+        triples.append((started_ms // 1000, (started_ms % 1000) * 1_000_000, record))
+        if len(triples) >= batch_size:
+            sequence += 1
+            yield _logjam_batch(app_env, triples, sequence, encode_batch)
+            pending[app_env] = []
+    for app_env, triples in pending.items():
+        if triples:
+            sequence += 1
+            yield _logjam_batch(app_env, triples, sequence, encode_batch)
+
+
+def _logjam_batch(app_env: str, triples: list[tuple[int, int, dict[str, Any]]], sequence: int, encode: Any) -> bytes:
+    app, env = app_env.rsplit("-", 1)
+    return encode(f"logs.{app}.{env}", triples, {"size": len(triples), "source": "logjam", "app_env": app_env,
+                                                  "topic": f"logs.{app}.{env}", "sequence": sequence})
+
+
+def store_requests(data_dir: str | Path, requests: pa.Table, segment: str = "logjam") -> None:
+    """Append the requests to a data directory's segment, as a hub's logjam listener stores them."""
+    import asyncio
+
+    from logport.config import StoreConfig
+    from logport.store import SegmentStore
+
+    async def run() -> None:
+        store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir), fsync="never"))
+        try:
+            chunk: list[bytes] = []
+            for body in logjam_batches(requests):
+                chunk.append(body)
+                if len(chunk) >= 64:
+                    await store.append(segment, chunk)
+                    chunk = []
+            if chunk:
+                await store.append(segment, chunk)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def pipeline_writes_the_lake() -> bool:
+    """Whether this checkout's `logport pipeline` writes the lake of lake/tables.py (its table builders,
+    logport.spark.logjam and logport.spark.logs, are in); before, tests and the bench write the fixture lake."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("logport.spark.logjam", "logport.spark.logs"))
+
+
+def build_lake(out: str | Path, data_dir: str | Path, requests: pa.Table, batches: int = 2) -> str:
+    """The lake of these requests: by the pipeline over the stored events when it writes the lake, else the fixture
+    writer; says which ("pipeline" or "fixture")."""
+    import subprocess
+    import sys
+
+    if not pipeline_writes_the_lake():
+        write_lake(out, requests, batches=batches)
+        return "fixture"
+    store_requests(data_dir, requests)
+    subprocess.run([sys.executable, "-m", "logport.cli", "pipeline", "batch", "--data-dir", str(data_dir),
+                    "--out", str(out), "--master", "local[2]", "--quiet"], check=True)
+    return "pipeline"

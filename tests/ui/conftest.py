@@ -32,3 +32,11 @@ def fixture_lake(tmp_path_factory: pytest.TempPathFactory, uilake: ModuleType, g
     root = tmp_path_factory.mktemp("lake")
     uilake.write_lake(root, generated, batches=2)
     return root
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report on the item, so a fixture's teardown can tell that its test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)

@@ -38,6 +38,14 @@ PAGES = ("overview", "dashboard", "actions", "action", "requests", "request", "e
          "notifications", "history", "logs", "live")
 
 
+# the query parameters every view takes (module level: FastAPI resolves the annotations by name)
+Date = Annotated[str | None, Query(description="a day, YYYY-MM-DD")]
+From = Annotated[str | None, Query(alias="from", description="first day or minute, YYYY-MM-DD[THH:MM]")]
+To = Annotated[str | None, Query(description="last day (included) or end minute (excluded)")]
+Interval = Annotated[int | None, Query(ge=1, le=1440, description="minutes per point (default: by range)")]
+App = Annotated[str, Query(alias="app", description="the app of an app-env (logjam's stream)")]
+
+
 def _default(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()
@@ -124,11 +132,6 @@ def create_app(lake_dir: str | Path, servers: list[str] | None = None, token: st
     def when(date: str | None, start: str | None, end: str | None) -> TimeRange:
         return TimeRange.parse(date, start, end, views.default_day())
 
-    Date = Annotated[str | None, Query(description="a day, YYYY-MM-DD")]
-    From = Annotated[str | None, Query(alias="from", description="first day or minute, YYYY-MM-DD[THH:MM]")]
-    To = Annotated[str | None, Query(description="last day (included) or end minute (excluded)")]
-    Interval = Annotated[int | None, Query(ge=1, le=1440, description="minutes per point (default: by range)")]
-
     @app.get("/api/meta", summary="App-envs and dates in the lake")
     def api_meta() -> Any:
         return {**views.meta(), "live": bool(servers)}
@@ -138,24 +141,24 @@ def create_app(lake_dir: str | Path, servers: list[str] | None = None, token: st
         return views.overview(when(date, start, to))
 
     @app.get("/api/dashboard", summary="One app-env: series per interval, summary, top actions, event markers")
-    def api_dashboard(app_: Annotated[str, Query(alias="app")], env: str, date: Date = None, start: From = None,
+    def api_dashboard(app_: App, env: str, date: Date = None, start: From = None,
                       to: To = None, interval: Interval = None) -> Any:
         return views.dashboard(Stream(app_, env), when(date, start, to), interval)
 
     @app.get("/api/actions", summary="Actions or modules ranked by a function of a resource")
-    def api_actions(app_: Annotated[str, Query(alias="app")], env: str, date: Date = None, start: From = None,
+    def api_actions(app_: App, env: str, date: Date = None, start: From = None,
                     to: To = None, resource: str = "total_time", sort: str = "sum", group: str = "action",
                     module: str | None = None, order: str = "desc", limit: int = LIMIT) -> Any:
         return views.actions(Stream(app_, env), when(date, start, to), resource, sort, group, module, limit,
                              order != "asc")
 
     @app.get("/api/action", summary="One action, module or all_pages: resources, distribution, heatmap, codes")
-    def api_action(app_: Annotated[str, Query(alias="app")], env: str, page: str, date: Date = None,
+    def api_action(app_: App, env: str, page: str, date: Date = None,
                    start: From = None, to: To = None, interval: Interval = None) -> Any:
         return views.action(Stream(app_, env), page, when(date, start, to), interval)
 
     @app.get("/api/requests", summary="Stored requests behind a count (slow, errors, a code, an exception)")
-    def api_requests(app_: Annotated[str, Query(alias="app")], env: str, date: Date = None, start: From = None,
+    def api_requests(app_: App, env: str, date: Date = None, start: From = None,
                      to: To = None, page: str | None = None, reason: str | None = None, code: str | None = None,
                      exception: str | None = None, severity: int | None = None, sort: str = "total_time",
                      limit: int = LIMIT, offset: int = 0) -> Any:
@@ -163,7 +166,7 @@ def create_app(lake_dir: str | Path, servers: list[str] | None = None, token: st
                               limit, offset)
 
     @app.get("/api/request", summary="One stored request with its log lines and where its raw event is")
-    def api_request(app_: Annotated[str, Query(alias="app")], env: str, date: str, id: str) -> Any:
+    def api_request(app_: App, env: str, date: str, id: str) -> Any:
         found = views.request(Stream(app_, env), date, id)
         address = feed.hub_ids.get(found["raw"]["hub"])
         if address:
@@ -172,17 +175,17 @@ def create_app(lake_dir: str | Path, servers: list[str] | None = None, token: st
         return found
 
     @app.get("/api/exceptions", summary="Exceptions and soft exceptions: counts and timelines")
-    def api_exceptions(app_: Annotated[str, Query(alias="app")], env: str, date: Date = None, start: From = None,
+    def api_exceptions(app_: App, env: str, date: Date = None, start: From = None,
                        to: To = None, interval: Interval = None) -> Any:
         return views.exceptions(Stream(app_, env), when(date, start, to), interval)
 
     @app.get("/api/js_errors", summary="JavaScript errors: descriptions and the latest messages")
-    def api_js_errors(app_: Annotated[str, Query(alias="app")], env: str, date: Date = None, start: From = None,
+    def api_js_errors(app_: App, env: str, date: Date = None, start: From = None,
                       to: To = None) -> Any:
         return views.js_errors(Stream(app_, env), when(date, start, to))
 
     @app.get("/api/frontend", summary="Page and ajax timings, fapdex/papdex/xapdex, user agents")
-    def api_frontend(app_: Annotated[str, Query(alias="app")], env: str, date: Date = None, start: From = None,
+    def api_frontend(app_: App, env: str, date: Date = None, start: From = None,
                      to: To = None, interval: Interval = None) -> Any:
         return views.frontend(Stream(app_, env), when(date, start, to), interval)
 
@@ -193,7 +196,7 @@ def create_app(lake_dir: str | Path, servers: list[str] | None = None, token: st
         return {"rows": views.notifications(stream, when(date, start, to))}
 
     @app.get("/api/history", summary="One row per day (default: the last 30 days of the lake)")
-    def api_history(app_: Annotated[str, Query(alias="app")], env: str, start: From = None, to: To = None) -> Any:
+    def api_history(app_: App, env: str, start: From = None, to: To = None) -> Any:
         if not (start or to):
             last = views.default_day()
             if last:

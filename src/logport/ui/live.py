@@ -99,6 +99,7 @@ class LiveFeed:
         """List the hub's segments every LIST_EVERY seconds and follow each new one from its end."""
         host, port = parse_server(server)
         followed: dict[str, asyncio.Task[None]] = {}
+        first_listing = True  # segments there when the view starts are followed from their end, later ones whole
         lister = SegmentReader(host, port, token=self.token)
         try:
             while True:
@@ -110,7 +111,9 @@ class LiveFeed:
                     while True:
                         for name in await lister.list_segments():
                             if name not in followed or followed[name].done():
-                                followed[name] = asyncio.create_task(self._follow_segment(host, port, hub, name))
+                                followed[name] = asyncio.create_task(
+                                    self._follow_segment(host, port, hub, name, from_end=first_listing))
+                        first_listing = False
                         await asyncio.sleep(LIST_EVERY)
                 except (ConnectionError, TimeoutError, OSError, errors.LogportError) as e:
                     self.status[server] = f"reconnecting: {e}"
@@ -122,12 +125,12 @@ class LiveFeed:
                 task.cancel()
             await lister.close()
 
-    async def _follow_segment(self, host: str, port: int, hub: str, segment: str) -> None:
+    async def _follow_segment(self, host: str, port: int, hub: str, segment: str, from_end: bool) -> None:
         reader = SegmentReader(host, port, token=self.token)
         try:
             await reader.connect_retrying(None)
-            _, end, _ = await reader.info(segment)
-            async for batch in reader.event_lists(segment, end, follow=True, wait=5.0):
+            start, end, _ = await reader.info(segment)
+            async for batch in reader.event_lists(segment, end if from_end else start, follow=True, wait=5.0):
                 for offset, body in batch:
                     self.publish(live_items(hub, segment, offset, body))
         except (ConnectionError, TimeoutError, OSError, errors.LogportError) as e:

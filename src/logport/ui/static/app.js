@@ -551,6 +551,7 @@ VIEWS.live = async () => {
     : "no hub to follow: start `logport ui --server HOST:PORT`"),
   h("table", {id: "live"}, h("thead", {}, h("tr", {}, ["time", "app-env / tag", "action / level", "code", "total_time", "detail"].map((c) => h("th", {}, c)))), body));
   const source = new EventSource("/api/live/events");
+  source.onopen = () => { document.body.dataset.live = "open"; };
   source.onmessage = (e) => {
     body.prepend(row(JSON.parse(e.data)));
     while (body.children.length > 500) body.lastChild.remove();
