@@ -324,7 +324,7 @@ def _extras(con: Any, requests: pa.Table, seed: int) -> None:
     for d, day in enumerate(days):
         for minute in range(0, 1440, 7):
             for t, tag in enumerate(LOG_TAGS):
-                for h, host in enumerate(LOG_HOSTS[: 2 + t % 2]):
+                for host in LOG_HOSTS[: 2 + t % 2]:
                     for lv, level in enumerate(LOG_LEVELS):
                         events = int(rng.poisson(30 / (lv * 3 + 1)))
                         if events:

@@ -108,6 +108,7 @@ def view_calls(views: Any, app_envs: list[str], days: list[str], rng: random.Ran
 
 def compare_engines(lake_dir: Path, app_envs: list[str], days: list[str], calls: int) -> None:
     """The three heaviest reads, DuckDB (as the app runs them) beside pyarrow datasets."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
@@ -119,6 +120,11 @@ def compare_engines(lake_dir: Path, app_envs: list[str], days: list[str], calls:
     lake = LakeReader(lake_dir)
     views = Views(lake)
     rng = random.Random(2)
+
+    def parents(maps: Any) -> Any:
+        """The row of each entry of a map column (pyarrow's list_parent_indices takes lists, not maps)."""
+        offsets = maps.offsets.to_numpy()
+        return np.repeat(np.arange(len(maps)), np.diff(offsets))
 
     def arrow_source(table: str, day_list: list[str]) -> Any:
         return ds.dataset(lake.files(table, day_list), format="parquet", partitioning="hive")
@@ -137,8 +143,8 @@ def compare_engines(lake_dir: Path, app_envs: list[str], days: list[str], calls:
         sums = t.group_by("minute").aggregate([("count", "sum"), ("apdex_satisfied", "sum"),
                                                ("apdex_tolerating", "sum"), ("total_time", "sum")])
         sketches = t.column("total_time_sketch").combine_chunks()
-        parents = pc.list_parent_indices(sketches)
-        entries = pa.table({"minute": pc.take(t.column("minute"), parents), "k": sketches.keys, "v": sketches.items})
+        rows = parents(sketches)
+        entries = pa.table({"minute": pc.take(t.column("minute"), rows), "k": sketches.keys, "v": sketches.items})
         return sums.to_pylist(), entries.group_by(["minute", "k"]).aggregate([("v", "sum")]).num_rows
 
     def arrow_overview() -> Any:
@@ -148,8 +154,8 @@ def compare_engines(lake_dir: Path, app_envs: list[str], days: list[str], calls:
         sums = t.group_by(["app", "env"]).aggregate([("count", "sum"), ("apdex_satisfied", "sum"),
                                                      ("apdex_tolerating", "sum")])
         sketches = t.column("total_time_sketch").combine_chunks()
-        parents = pc.list_parent_indices(sketches)
-        entries = pa.table({"app": pc.take(t.column("app"), parents), "env": pc.take(t.column("env"), parents),
+        rows = parents(sketches)
+        entries = pa.table({"app": pc.take(t.column("app"), rows), "env": pc.take(t.column("env"), rows),
                             "k": sketches.keys, "v": sketches.items})
         return sums.to_pylist(), entries.group_by(["app", "env", "k"]).aggregate([("v", "sum")]).num_rows
 

@@ -9,7 +9,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from logport import errors
@@ -86,7 +86,7 @@ class LiveFeed:
             for queue in self.subscribers:
                 queue.put_nowait(item)
 
-    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
+    async def subscribe(self) -> AsyncGenerator[dict[str, Any], None]:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.subscribers.add(queue)
         try:

@@ -94,7 +94,8 @@ class Views:
 
     def _where(self, stream: Stream | None, r: TimeRange, per_minute: bool, scope: str | None = None,
                page: str | None = None) -> tuple[str, list[Any]]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if stream is not None:
             clauses.append("app = ? AND env = ?")
             params += [stream.app, stream.env]
@@ -144,6 +145,13 @@ class Views:
         name = "minutes" if force_minutes or not r.whole_days else table
         source = self.lake.source(name, r.days)
         if source is None:
+            return found
+        if len(columns) == 1:  # one map: its keys and values unnested side by side (half the time of entries)
+            c = _q(columns[0])
+            for gv, key, n in self.lake.query(
+                    f"SELECT g, k, sum(v) FROM (SELECT {group or 'NULL'} AS g, unnest(map_keys({c})) AS k, "
+                    f"unnest(map_values({c})) AS v FROM {source} WHERE {where}) GROUP BY ALL", params):
+                found[columns[0]].setdefault(gv, {})[key] = int(n)
             return found
         entries = " || ".join(
             f"coalesce(list_transform(map_entries({_q(c)}), lambda e: {{'m': {i}, 'k': CAST(e.key AS VARCHAR), "
@@ -394,7 +402,7 @@ class Views:
         """Stored requests per reason (the lists behind the counts)."""
         where, params = self._request_where(stream, r, page)
         counts = {reason: 0 for reason in REASONS}
-        for reason, n in self._request_rows(f"reason, count(*) FROM (SELECT unnest(reasons) AS reason FROM "
+        for reason, n in self._request_rows("reason, count(*) FROM (SELECT unnest(reasons) AS reason FROM "
                                             "{source} WHERE " + where + ") GROUP BY reason", r, params):
             counts[reason] = int(n)
         return counts
