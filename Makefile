@@ -45,7 +45,7 @@ chromium:
 
 # README's screenshots of the dashboard and of a request page, over generated traffic (docs/img/, committed)
 screenshots: setup
-	$(BIN)/python bench/ui_screenshots.py --out docs/img
+	$(BIN)/python bench/_ui_screenshots.py --out docs/img
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -40,6 +40,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "segment": ("2-4 min", "nothing more"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),
+    "ui": ("30-60 min to write the 10 M lake, then 2 min", "Java for the pipeline (`make java`), a few GiB under --dir"),
 }
 FOLLOW_POLL = 0.2  # seconds between looks for a segment `cat --follow` waits for
 

@@ -121,8 +121,10 @@ def ui(tmp_path_factory: pytest.TempPathFactory, e2e_lake: Path, hub: dict[str, 
         stop(proc)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One browser for the browser tests (all in this module). Not for the session: while Playwright's sync API
+    is open, its event loop runs in this thread, and later tests' asyncio.run() would refuse to start."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
