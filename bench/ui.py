@@ -1,4 +1,4 @@
-"""p50 and p95 server time of each `logport ui` view's API call over a lake of 10 M logjam requests (7 days, 20
+"""p50 and p95 server time of each `logport ui` view's API call over a lake of 10 M generated requests (7 days, 20
 app-envs), and DuckDB beside pyarrow datasets on the heaviest queries.
 
 The lake is the pipeline's over generated traffic (bench/_uilake.py), one batch per day; while this checkout's
