@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint bench setup java node clean
+.PHONY: run test lint bench setup java node clean ui-assets chromium screenshots
 
 run: $(STAMP)
 	$(BIN)/logport serve --data-dir ./data
@@ -29,7 +29,23 @@ ops-tools:
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { $(SUDO) apt-get update -q \
 		&& $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
-setup: $(STAMP) node java
+setup: $(STAMP) node java ui-assets chromium
+
+# `logport ui` ships Apache ECharts in the package: copied from node_modules (npm ci) at build time, not committed
+ECHARTS := src/logport/ui/static/echarts.min.js
+ui-assets: $(ECHARTS)
+
+$(ECHARTS): $(NODE_STAMP)
+	cp node_modules/echarts/dist/echarts.min.js $@
+
+# the UI's browser tests (tests/ui) drive Debian's chromium with Playwright (Playwright's own browser download
+# does not work here)
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+
+# README's screenshots of the dashboard and of a request page, over generated traffic (docs/img/, committed)
+screenshots: setup
+	$(BIN)/python bench/_ui_screenshots.py --out docs/img
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -7,9 +7,33 @@ They are optional: without a C compiler logport installs all the same and runs t
 Python (slower).
 """
 
-from setuptools import Extension, setup
+import shutil
+from pathlib import Path
 
-setup(ext_modules=[
+from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+# `logport ui` and its report ship Apache ECharts inside the package: the minified file npm installs from
+# package-lock.json (`npm ci`), copied at build time, never committed and never fetched when a page loads
+ECHARTS_SOURCE = Path("node_modules/echarts/dist/echarts.min.js")
+ECHARTS_TARGET = Path("src/logport/ui/static/echarts.min.js")
+
+
+def copy_echarts() -> None:
+    if ECHARTS_SOURCE.exists() and (not ECHARTS_TARGET.exists()
+                                    or ECHARTS_TARGET.read_bytes() != ECHARTS_SOURCE.read_bytes()):
+        shutil.copyfile(ECHARTS_SOURCE, ECHARTS_TARGET)
+
+
+class BuildWithCharts(build_py):
+    def run(self) -> None:
+        copy_echarts()
+        super().run()
+
+
+copy_echarts()  # an editable install (pip install -e) runs no build_py for the package's own files
+
+setup(cmdclass={"build_py": BuildWithCharts}, ext_modules=[
     Extension(f"logport.protocols.{name}", [f"src/logport/protocols/{name}.c"], optional=True, extra_compile_args=["-O2"],
               depends=["src/logport/protocols/_jsonpack.h"],
               # logjam's zlib bodies inflate in C; its socket drain finds pyzmq's libzmq with dlopen (built only

@@ -29,6 +29,7 @@ SEND_TARGETS: dict[str, str] = {
 }
 
 PIPELINE_MODULE = "logport.spark.pipeline"  # add_arguments(parser), main(args) -> int
+UI_MODULE = "logport.ui.serve"  # the same for `logport ui`
 
 # `logport bench` with no scenario: how long each takes with its defaults (rough, on a 2-core machine) and
 # what it needs beyond the venv; what it measures is the first paragraph of its module's docstring
@@ -42,6 +43,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "segment": ("2-4 min", "nothing more"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),
+    "ui": ("30-60 min to write the 10 M lake, then 2 min", "Java for the pipeline (`make java`), a few GiB under --dir"),
 }
 FOLLOW_POLL = 0.2  # seconds between looks for a segment `cat --follow` waits for
 
@@ -162,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_parser("pipeline", help="run the Spark analytics job", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_pipeline)
+
+    p = add_parser("ui", help="the web app over the pipeline's lake (views, JSON API, live view)", add_help=False)
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_ui)
     return parser
 
 
@@ -423,10 +429,19 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return int(module.main(p.parse_args(args.args)))
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    module = importlib.import_module(UI_MODULE)
+    p = argparse.ArgumentParser(prog="logport ui", description=module.__doc__, formatter_class=HelpFormatter)
+    module.add_arguments(p)
+    return int(module.main(p.parse_args(args.args)))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["pipeline"]:  # all its options are the job's: REMAINDER would not take a leading --option
         args = argparse.Namespace(func=cmd_pipeline, args=argv[1:])
+    elif argv[:1] == ["ui"]:
+        args = argparse.Namespace(func=cmd_ui, args=argv[1:])
     else:
         args = build_parser().parse_args(argv)
     try:
