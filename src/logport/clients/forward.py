@@ -41,7 +41,12 @@ Mode = fp.Mode
 
 
 class SendFailed(LogportError):
-    """No server acknowledged a chunk within the retries."""
+    """No server acknowledged a chunk within the retries; `connected`: one of them took a connection (and may
+    have stored the chunk without acknowledging it)."""
+
+    def __init__(self, message: str, *, connected: bool = True) -> None:
+        super().__init__(message)
+        self.connected = connected
 
 
 @dataclass
@@ -408,6 +413,7 @@ class ForwardSender:
         last = "the sender was closed"
         began = time.monotonic()
         attempts = 0
+        connected = False
         for attempt in itertools.count():
             if self._closed or (cfg.retries is not None and attempt >= max(cfg.retries, 1)):
                 break
@@ -423,6 +429,7 @@ class ForwardSender:
             attempts += 1
             try:
                 link = await self._link(server)
+                connected = True
                 await link.send(messages)
                 if not cfg.keepalive:
                     link.close()
@@ -443,7 +450,7 @@ class ForwardSender:
                 if stale is not None:
                     stale.close()
         raise SendFailed(f"no server acknowledged the batch after {attempts} attempt{'s' if attempts != 1 else ''}"
-                         f" in {time.monotonic() - began:.1f} s; the last: {last}")
+                         f" in {time.monotonic() - began:.1f} s; the last: {last}", connected=connected)
 
     # --- heartbeats feeding the failure detector ---
 

@@ -223,7 +223,9 @@ def run_sender(sender: Sender, args: argparse.Namespace) -> int:
         print(f"{sender.command}: {e}", file=sys.stderr)
         return 2
     except (LogportError, OSError) as e:
-        print(f"{sender.command}: {e}; {_account(sender, args, progress)}", file=sys.stderr)
+        # an error that says the server was never reached: none of what was sent can be stored
+        reached = getattr(e, "connected", True)
+        print(f"{sender.command}: {e}; {_account(sender, args, progress, reached)}", file=sys.stderr)
         return 1
     if sender.stopped_by:
         signum = sender.stopped_by[0]
@@ -234,10 +236,10 @@ def run_sender(sender: Sender, args: argparse.Namespace) -> int:
     return 0
 
 
-def _account(sender: Sender, args: argparse.Namespace, progress: SendProgress) -> str:
+def _account(sender: Sender, args: argparse.Namespace, progress: SendProgress, reached: bool = True) -> str:
     """What was read, acknowledged and not; what may be stored anyway; the command that sends the rest."""
     text = progress.summary()
-    if not sender.exactly_once and progress.sent > progress.acked:
+    if reached and not sender.exactly_once and progress.sent > progress.acked:
         text += (f" (the server may have stored some of the last {progress.sent - progress.acked:,} without "
                  f"acknowledging them: a resume sends them again)")
     options = sender.resume(progress) if progress.read > progress.acked or sender.stopped_by else None
