@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,7 +31,8 @@ def run(*args: str, stdin: bytes = b"", timeout: float = 60) -> subprocess.Compl
     return subprocess.run([*LOGPORT, *args], input=stdin.decode(), capture_output=True, text=True, timeout=timeout)
 
 
-# --- nobody listens: one line with the address and the reason, exit 1, within the (overridden) timeout ---
+# --- nobody listens: a line saying it waits, then one with the address and the reason, exit 1, after the
+# (overridden) timeout: --timeout is how long it tries, whatever the retries ---
 
 UNREACHABLE = [
     ("cat", ["cat", "--server", "{server}", "forward", "--timeout", "1"]),
@@ -38,7 +40,8 @@ UNREACHABLE = [
     ("send segment", ["send", "segment", "foo", "--server", "{server}", "--timeout", "1"]),
     ("send lumberjack", ["send", "lumberjack", "--server", "{server}", "--timeout", "1"]),
     ("send lumberjack --port", ["send", "lumberjack", "--port", "{port}", "--timeout", "1"]),  # the old spelling
-    ("send forward", ["send", "forward", "--server", "{server}", "--retries", "2"]),
+    ("send forward", ["send", "forward", "--server", "{server}", "--timeout", "2"]),
+    ("send forward --retries", ["send", "forward", "--server", "{server}", "--retries", "2"]),
 ]
 
 
@@ -49,9 +52,17 @@ def test_an_unreachable_server_is_one_line_naming_it_and_why(argv: list[str]) ->
     proc = run(*args, stdin=b'{"message": "m"}\n', timeout=30)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
-    (line,) = proc.stderr.splitlines()
+    waiting, line = proc.stderr.splitlines()
+    assert f"waiting for 127.0.0.1:{port} (Ctrl-C to stop" in waiting, waiting
     assert f"127.0.0.1:{port}" in line and "connection refused" in line, line
     assert proc.stdout == ""
+    if "--timeout" in argv and argv[0] == "send":  # what it says it waited is what --timeout says
+        timeout = float(argv[argv.index("--timeout") + 1])
+        assert f"giving up after {timeout:g} s" in waiting
+        said = re.search(r"(?:after|in) ([0-9.]+) s", line)
+        assert said is not None and timeout <= float(said[1]) < timeout + 1, line
+    if "--retries" in argv:
+        assert "after 2 attempts" in line, line
 
 
 def test_the_retry_timeout_defaults_to_30_seconds_and_help_says_so() -> None:
@@ -95,7 +106,7 @@ def follow_until_first_event(proc: subprocess.Popen[str], create: Callable[[], N
 @pytest.mark.timeout(60)
 def test_cat_follow_waits_for_a_segment_to_be_created(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    data_dir.mkdir()  # a hub's fresh data directory: no segments yet
+    (data_dir / "segments").mkdir(parents=True)  # a hub's fresh data directory: no segments yet
     proc = subprocess.Popen([*LOGPORT, "cat", "late", "--follow", "--data-dir", str(data_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -103,7 +114,7 @@ def test_cat_follow_waits_for_a_segment_to_be_created(tmp_path: Path) -> None:
     finally:
         proc.kill()
         _, err = proc.communicate(timeout=30)
-    assert waiting == f"waiting for segment 'late' to be created in {data_dir}\n"
+    assert waiting == f"waiting for segment 'late' to be created in {data_dir} (Ctrl-C to stop)\n"
     assert event["record"] == {"n": 1}
     assert "Traceback" not in err
 
@@ -125,11 +136,12 @@ async def test_cat_follow_server_waits_for_a_segment_to_be_created(tmp_path: Pat
         finally:
             proc.kill()
             await proc.wait()
-    assert waiting.decode() == f"waiting for segment 'late' to be created on {server}\n"
+    assert waiting.decode() == f"waiting for segment 'late' to be created on {server} (Ctrl-C to stop)\n"
     assert event["record"] == {"n": 1}
 
 
 def test_cat_without_follow_still_says_no_such_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "segments").mkdir()  # a hub's data directory, without that segment
     assert main(["cat", "nosuch", "--data-dir", str(tmp_path)]) == 2
     assert "no such segment 'nosuch'" in capsys.readouterr().err
 
@@ -159,7 +171,7 @@ def test_send_flags_spelled_one_way_with_the_old_spellings_kept(
     assert (args.tls_ca, args.tls_cert, args.tls_key, args.tls_insecure) == tls
     if host_port is not None:
         default_port = 5044 if argv[0] == "lumberjack" else 12345
-        assert flags.server_address(args, default_port) == host_port
+        assert flags.server_address(args, f"127.0.0.1:{default_port}") == host_port
 
 
 def test_logjam_takes_host_port_and_refuses_tls_with_what_to_use() -> None:

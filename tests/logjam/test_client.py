@@ -61,7 +61,7 @@ async def test_send_logjam_command(tmp_path: Path) -> None:
                 env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
             out, err = await asyncio.wait_for(proc.communicate(lines), 30)
             assert proc.returncode == 0, err
-            assert b"sent 3 messages" in err
+            assert b"sent 3 messages, all stored" in err
         stored = [b for _, b in await stored_batches(hub.runtime.store, "logjam")]
         assert [next(iter(b)).record for b in stored][:3] == [
             {"action": "x", "n": 1}, {"message": "plain text"}, {"action": "x", "n": 3}]

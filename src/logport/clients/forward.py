@@ -578,11 +578,11 @@ def tag_runs(lines: list[bytes], default_tag: str, first_number: int) -> list[tu
     return runs
 
 
-async def send_lines(args: argparse.Namespace, source: SenderInput, progress: SendProgress) -> str:
+async def send_lines(args: argparse.Namespace, config: SenderConfig, source: SenderInput,
+                     progress: SendProgress) -> str:
     """Each batch of lines as one chunk per run of a tag, all written before their acks are awaited."""
-    waiting = Waiting("logport send forward", flags.retry_for(args))
     events = 0
-    async with ForwardSender(sender_config(args, waiting)) as sender:
+    async with ForwardSender(config) as sender:
         async for batch in source.batches(args.batch):
             first = progress.skipped + progress.read - len(batch) + 1
             messages = []
@@ -602,4 +602,8 @@ def resume(progress: SendProgress) -> list[str] | None:
 
 
 def send_main(args: argparse.Namespace) -> int:
-    return run_sender(Sender("logport send forward", partial(send_lines, args), resume), args)
+    def sender() -> Sender:
+        config = sender_config(args, Waiting("logport send forward", flags.retry_for(args)))
+        return Sender("logport send forward", partial(send_lines, args, config), resume)
+
+    return run_sender(sender, args)

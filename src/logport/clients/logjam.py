@@ -20,7 +20,7 @@ from logport import zmqcurve
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
 from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
-from logport.errors import LogportError, RemoteProtocolError
+from logport.errors import ConfigError, LogportError, RemoteProtocolError
 from logport.protocols import logjam as lj
 
 DEFAULT_ROUTER = "tcp://127.0.0.1:9604"
@@ -191,8 +191,15 @@ def resume(progress: SendProgress) -> list[str] | None:
 
 
 def send_main(args: argparse.Namespace) -> int:
-    if args.tls or args.tls_file:
-        print("logport send logjam: ZeroMQ has no TLS; encrypt with CurveZMQ instead (--curve-server-key: the "
-              "device's public key)", file=sys.stderr)
-        return 2
-    return run_sender(Sender("logport send logjam", partial(send_lines, args), resume), args)
+    def sender() -> Sender:
+        if args.tls or args.tls_file:
+            raise ConfigError("ZeroMQ has no TLS; encrypt with CurveZMQ instead (--curve-server-key: the device's "
+                              "public key)")
+        try:
+            lj.check_names(args.app_env.encode(), args.topic.encode())
+        except lj.InvalidMessage as e:
+            raise ConfigError(f"{e} (--app-env like shop-production, --topic like logs.shop)") from None
+        flags.server_list(args, DEFAULT_SERVER)
+        return Sender("logport send logjam", partial(send_lines, args), resume)
+
+    return run_sender(sender, args)

@@ -373,10 +373,9 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_tls_arguments(parser)
 
 
-async def send_lines(args: argparse.Namespace, source: SenderInput, progress: SendProgress) -> str:
+async def send_lines(client: LumberjackClient, source: SenderInput, progress: SendProgress) -> str:
     """Each batch of stdin's lines as a window, pipelined; windows are acknowledged in order, so the lines
     acknowledged are always the input's first ones."""
-    client = client_from_args(args, Waiting("logport send lumberjack", flags.retry_for(args)))
 
     def count_ack(lines: int) -> Callable[[asyncio.Future[None]], None]:
         def acknowledged(future: asyncio.Future[None]) -> None:
@@ -404,4 +403,8 @@ def resume(progress: SendProgress) -> list[str] | None:
 
 
 def send_main(args: argparse.Namespace) -> int:
-    return run_sender(Sender("logport send lumberjack", partial(send_lines, args), resume), args)
+    def sender() -> Sender:
+        client = client_from_args(args, Waiting("logport send lumberjack", flags.retry_for(args)))
+        return Sender("logport send lumberjack", partial(send_lines, client), resume)
+
+    return run_sender(sender, args)

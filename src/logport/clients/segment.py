@@ -1269,11 +1269,9 @@ class LineAppender:
 
 
 def send_main(args: argparse.Namespace) -> int:
-    try:
+    def sender() -> Sender:
         lines = LineAppender(args)
-    except errors.LogportError as e:
-        print(f"logport send segment: {e}", file=sys.stderr)
-        return 2
-    return run_sender(Sender("logport send segment", lines.send, lines.resume,
-                             resume_says=f"connection {lines.connection_id}; to append the rest exactly once",
-                             exactly_once=True), args)
+        return Sender("logport send segment", lines.send, lines.resume, exactly_once=True,
+                      resume_says=f"connection {lines.connection_id}; to append the rest exactly once")
+
+    return run_sender(sender, args)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logport.clients.lines import count
-from logport.errors import LogportError
+from logport.errors import ConfigError, LogportError
 
 READ_SIZE = 256 * 1024
 QUEUED_READS = 16  # reads handed to the event loop and not taken yet; the reading thread waits beyond them
@@ -213,9 +213,15 @@ def resume_command(argv: list[str], replace: dict[str, str]) -> str:
     return "logport " + shlex.join(out)
 
 
-def run_sender(sender: Sender, args: argparse.Namespace) -> int:
-    """Run a sender over stdin: 0 when all was acknowledged; 1 (2: the input does not fit) on an error, 130 or
-    143 when stopped by SIGINT or SIGTERM; each with one line on stderr."""
+def run_sender(make: Callable[[], Sender], args: argparse.Namespace) -> int:
+    """Run the sender `make` sets up (ConfigError: a wrong flag) over stdin: 0 when all was acknowledged; 1 on an
+    error (2: a wrong command, or an input that does not fit), 130 or 143 when stopped by SIGINT or SIGTERM;
+    each with one line on stderr."""
+    try:
+        sender = make()
+    except ConfigError as e:  # before anything is read
+        print(f"logport send {args.protocol}: {e}", file=sys.stderr)
+        return 2
     progress = SendProgress()
     try:
         done = asyncio.run(_run(sender, args, progress))
