@@ -215,3 +215,113 @@ def test_bench_lists_each_scenario_with_its_duration_and_needs(capsys: pytest.Ca
     assert "Node" in [line for line in lines if line.split()[:1] == ["forward"]][0]
     assert "Java" in [line for line in lines if line.split()[:1] == ["spark"]][0]
     assert "rows/s of spark.read.format" in out  # what each measures: its docstring's first line
+
+
+# --- a user's mistakes: each one or two lines saying what and where (a wrong flag: the command's usage and one
+# line), a non-zero exit, no traceback ---
+
+MISTAKES = [
+    # (what, argv, exit status, what stderr says)
+    ("serve --datadir", ["serve", "--datadir", "x"], 2,
+     ["usage: logport serve ", "logport serve: error: unrecognized arguments: --datadir x"]),
+    ("send forward --hostnam", ["send", "forward", "--hostnam", "h"], 2,
+     ["usage: logport send forward ", "unrecognized arguments: --hostnam h"]),
+    ("send: --server and --port", ["send", "lumberjack", "--server", "h:1", "--port", "2"], 2,
+     ["logport send lumberjack: give --server HOST:PORT, or the older --host and --port, not both"]),
+    ("send forward --server h:port", ["send", "forward", "--server", "h:port"], 2,
+     ["logport send forward: --server 'h:port' is not HOST:PORT (or HOST:PORT:WEIGHT)"]),
+    ("send segment --tls-ca missing", ["send", "segment", "s", "--tls-ca", "{tmp}/ca.pem"], 2,
+     ["logport send segment: --tls-ca {tmp}/ca.pem: cannot read it: No such file or directory"]),
+    ("send logjam --tls", ["send", "logjam", "--tls"], 2, ["ZeroMQ has no TLS", "--curve-server-key"]),
+    ("send logjam --app-env", ["send", "logjam", "--app-env", "noenv"], 2,
+     ["app-env b'noenv' is not application-environment", "--app-env like shop-production"]),
+    ("send forward --skip-lines x", ["send", "forward", "--skip-lines", "x"], 2,
+     ["usage: logport send forward ", "argument --skip-lines: invalid int value: 'x'"]),
+    ("verify a missing segment", ["verify", "nosuchseg", "--data-dir", "{data}"], 2,
+     ["logport: no such segment 'nosuchseg' in {data}; `logport segments` lists its segments"]),
+    ("cat a missing segment", ["cat", "nosuchseg", "--data-dir", "{data}"], 2, ["no such segment 'nosuchseg'"]),
+    ("segments: not a data directory", ["segments", "--data-dir", "{tmp}"], 1,
+     ["logport: {tmp} is not a logport data directory: it holds no segments/ directory"]),
+    ("verify: not a data directory", ["verify", "--data-dir", "{tmp}"], 1, ["{tmp} is not a logport data directory"]),
+    ("cat --data-dir FILE", ["cat", "forward", "--data-dir", "{tmp}/file"], 1,
+     ["logport: {tmp}/file is not a logport data directory: it is a file"]),
+    ("segments --config missing", ["segments", "--config", "{tmp}/nope.toml"], 2,
+     ["config file '{tmp}/nope.toml' does not exist"]),
+    ("serve: a missing certificate", ["serve", "--config", "{tmp}/tls.toml"], 2,
+     ["logport: config key 'forward.tls.cert' has value '{tmp}/cert.pem': cannot read it: No such file or directory"]),
+    ("reload --pid-file missing", ["reload", "--pid-file", "{tmp}/nope.pid"], 1, ["cannot read a pid from"]),
+    ("reload --pid of no process", ["reload", "--pid", "999999999"], 1, ["logport reload: no process 999999999"]),
+    ("top --interval x", ["top", "--interval", "x"], 2, ["usage: logport top ", "invalid float value: 'x'"]),
+    ("bench nosuch", ["bench", "nosuch"], 2, ["usage: logport bench ", "invalid choice: 'nosuch'"]),
+    ("pipeline --datadir", ["pipeline", "batch", "--data-dir", "d", "--datadir=x"], 2,
+     ["usage: logport pipeline ", "logport pipeline: error: unrecognized arguments: --datadir=x"]),
+    ("pipeline --data-dir missing", ["pipeline", "--data-dir", "{tmp}/nowhere"], 2,
+     ["--data-dir '{tmp}/nowhere' is not a directory"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "code", "says"), [m[1:] for m in MISTAKES], ids=[m[0] for m in MISTAKES])
+def test_a_mistake_says_what_and_where_and_exits_non_zero(tmp_path: Path, argv: list[str], code: int,
+                                                           says: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    (data / "segments").mkdir(parents=True)
+    (tmp_path / "file").write_text("not a directory")
+    (tmp_path / "tls.toml").write_text(f'[store]\ndata_dir = "{tmp_path}/hub-data"\n[forward]\n'
+                                       f'tls.cert = "{tmp_path}/cert.pem"\ntls.key = "{tmp_path}/key.pem"\n')
+    args = [a.format(tmp=tmp_path, data=data) for a in argv]
+    try:
+        got = main(args)
+    except SystemExit as e:  # argparse: the command's usage and its error
+        got = e.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert got == code, err
+    assert "Traceback" not in err
+    for text in says:
+        assert text.format(tmp=tmp_path, data=data) in err, err
+    if not err.startswith("usage:"):
+        assert len(err.splitlines()) <= 2, err
+    assert not (tmp_path / "hub-data").exists()  # a start that fails on its certificate makes no data directory
+
+
+def test_reload_of_a_process_that_is_not_a_hub_sends_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    other = subprocess.Popen(["sleep", "60"])  # SIGHUP would end it
+    try:
+        assert main(["reload", "--pid", str(other.pid)]) == 1
+        assert f"pid {other.pid} is not a logport hub (its command: sleep 60); nothing sent" in capsys.readouterr().err
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.slow
+def test_reload_says_whether_the_hub_took_its_config(tmp_path: Path) -> None:
+    """A config the hub would refuse: exit 1 naming the key, the hub not signalled; one it refuses only when it
+    tries (a port another listener has): exit 1 from its metrics; a good one: exit 0."""
+    import tomllib
+
+    from tests.chaos.harness import HubProcess, render_toml
+
+    hub = HubProcess(tmp_path / "hub", ("forward", "lumberjack"))
+    asyncio.run(hub.start())
+    sections = tomllib.loads(hub.config_path.read_text())
+
+    def reload(**changes: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        hub.config_path.write_text(render_toml({k: {**v, **changes.get(k, {})} for k, v in sections.items()}))
+        return run("reload", "--pid", str(hub.pid), timeout=90)
+
+    try:
+        bad = reload(hub={"log_levle": "debug"})
+        assert bad.returncode == 1, bad
+        assert "the hub would refuse its config, so it was not signalled" in bad.stderr
+        assert "unknown config key 'hub.log_levle'" in bad.stderr
+        taken = reload(lumberjack={"port": hub.ports["forward"]})
+        assert taken.returncode == 1, taken
+        assert f"the hub (pid {hub.pid}) refused the config and keeps the running one" in taken.stderr
+        good = reload(hub={"log_level": "debug"})
+        assert good.returncode == 0 and f"config reloaded by logport (pid {hub.pid})" in good.stdout, good
+        assert hub.alive()
+    finally:
+        hub.stop()
+    refused = [line for line in hub.log_lines() if "reload refused" in line]
+    assert len(refused) == 1 and "lumberjack" in refused[0], refused  # the bad key never reached the hub
