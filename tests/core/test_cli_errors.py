@@ -9,6 +9,7 @@ import asyncio
 import importlib.metadata
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -325,3 +326,40 @@ def test_reload_says_whether_the_hub_took_its_config(tmp_path: Path) -> None:
         hub.stop()
     refused = [line for line in hub.log_lines() if "reload refused" in line]
     assert len(refused) == 1 and "lumberjack" in refused[0], refused  # the bad key never reached the hub
+
+
+# --- a command that waits says so, and Ctrl-C there exits 130: nothing was done ---
+
+WAITS = [
+    ("cat --server", ["cat", "--server", "127.0.0.1:{port}", "s", "--timeout", "0"], "waiting for 127.0.0.1:{port}"),
+    ("cat --follow", ["cat", "s", "--follow", "--data-dir", "{data}"], "waiting for segment 's' to be created"),
+    ("send forward", ["send", "forward", "--server", "127.0.0.1:{port}", "--timeout", "0", "--drain-timeout", "1"],
+     "waiting for 127.0.0.1:{port}"),
+    ("send segment", ["send", "segment", "s", "--server", "127.0.0.1:{port}", "--timeout", "0", "--drain-timeout",
+                      "1"], "waiting for 127.0.0.1:{port}"),
+]
+
+
+@pytest.mark.parametrize(("argv", "waiting"), [w[1:] for w in WAITS], ids=[w[0] for w in WAITS])
+def test_ctrl_c_in_a_wait_exits_130(tmp_path: Path, argv: list[str], waiting: str) -> None:
+    port = free_port()
+    (tmp_path / "segments").mkdir()
+    args = [a.format(port=port, data=tmp_path) for a in argv]
+    proc = subprocess.Popen([*LOGPORT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        proc.stdin.write('{"n": 1}\n')
+        proc.stdin.flush()
+        said = proc.stderr.readline()
+        assert waiting.format(port=port) in said and "(Ctrl-C to stop" in said, said
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    rest = proc.stderr.read()
+    proc.stdin.close()
+    assert proc.returncode == 130, rest
+    assert "Traceback" not in rest
+    if argv[0] == "send":
+        assert "stopped by SIGINT: 1 line read, 0 acknowledged, 1 not acknowledged" in rest, rest
