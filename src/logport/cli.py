@@ -25,6 +25,7 @@ from logport.errors import (
 )
 
 if TYPE_CHECKING:
+    from logport.clients.stream import Waiting
     from logport.store.reader import DirectoryReader
 
 # `logport send <protocol>`: module exposing add_send_arguments(parser) and send_main(args) -> int
@@ -61,8 +62,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 class CommandParser(argparse.ArgumentParser):
     """Every parser of `logport` and its subcommands (their subparsers are of this class too): an option only as
-    it is spelled (with prefixes allowed, `send forward --host` was taken for `--hostname`), defaults in the help,
-    and an unknown option refused with the usage of the command it was given to, not the top level's."""
+    it is spelled (argparse takes a prefix by default, and `send forward --host` went to `--hostname`), defaults
+    in the help, and an unknown option refused with the usage of the command it was given to, not the top's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
@@ -332,7 +333,7 @@ def cmd_cat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_segment(reader: DirectoryReader, name: str, data_dir: str, waiting: Any) -> None:
+def _wait_for_segment(reader: DirectoryReader, name: str, data_dir: str, waiting: Waiting) -> None:
     """Return once segment `name` exists in the data directory, as `tail -F` waits for a file; says so once."""
     if name in reader.segment_names():
         return

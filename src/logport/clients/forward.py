@@ -24,7 +24,14 @@ from typing import Any
 from logport.batch import pack_entries
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
-from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import (
+    Sender,
+    SenderInput,
+    SendProgress,
+    Waiting,
+    run_sender,
+    skip_acknowledged,
+)
 from logport.config import parse_server_address
 from logport.errors import (
     AuthenticationError,
@@ -596,14 +603,9 @@ async def send_lines(args: argparse.Namespace, config: SenderConfig, source: Sen
     return f"sent {count(events)}, {'none acknowledged (--no-ack)' if args.no_ack else 'all acknowledged'}"
 
 
-def resume(progress: SendProgress) -> list[str] | None:
-    done = progress.skipped + progress.acked
-    return ["--skip-lines", str(done)] if done else None
-
-
 def send_main(args: argparse.Namespace) -> int:
     def sender() -> Sender:
         config = sender_config(args, Waiting("logport send forward", flags.retry_for(args)))
-        return Sender("logport send forward", partial(send_lines, args, config), resume)
+        return Sender("logport send forward", partial(send_lines, args, config), skip_acknowledged)
 
     return run_sender(sender, args)

@@ -19,7 +19,14 @@ import zmq.asyncio
 from logport import zmqcurve
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
-from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import (
+    Sender,
+    SenderInput,
+    SendProgress,
+    Waiting,
+    run_sender,
+    skip_acknowledged,
+)
 from logport.errors import ConfigError, LogportError, RemoteProtocolError
 from logport.protocols import logjam as lj
 
@@ -185,11 +192,6 @@ async def send_lines(args: argparse.Namespace, source: SenderInput, progress: Se
     return f"sent {count(sent, 'message')}, all stored ({answered})"
 
 
-def resume(progress: SendProgress) -> list[str] | None:
-    done = progress.skipped + progress.acked
-    return ["--skip-lines", str(done)] if done else None
-
-
 def send_main(args: argparse.Namespace) -> int:
     def sender() -> Sender:
         if args.tls or args.tls_file:
@@ -200,6 +202,6 @@ def send_main(args: argparse.Namespace) -> int:
         except lj.InvalidMessage as e:
             raise ConfigError(f"{e} (--app-env like shop-production, --topic like logs.shop)") from None
         flags.server_list(args, DEFAULT_SERVER)
-        return Sender("logport send logjam", partial(send_lines, args), resume)
+        return Sender("logport send logjam", partial(send_lines, args), skip_acknowledged)
 
     return run_sender(sender, args)

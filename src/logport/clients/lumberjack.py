@@ -23,7 +23,14 @@ import orjson
 
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
-from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import (
+    Sender,
+    SenderInput,
+    SendProgress,
+    Waiting,
+    run_sender,
+    skip_acknowledged,
+)
 from logport.errors import LogportError, ServerUnavailable, failure_reason
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
@@ -397,14 +404,9 @@ async def send_lines(client: LumberjackClient, source: SenderInput, progress: Se
     return f"sent {count(events)}, all acknowledged"
 
 
-def resume(progress: SendProgress) -> list[str] | None:
-    done = progress.skipped + progress.acked
-    return ["--skip-lines", str(done)] if done else None
-
-
 def send_main(args: argparse.Namespace) -> int:
     def sender() -> Sender:
         client = client_from_args(args, Waiting("logport send lumberjack", flags.retry_for(args)))
-        return Sender("logport send lumberjack", partial(send_lines, client), resume)
+        return Sender("logport send lumberjack", partial(send_lines, client), skip_acknowledged)
 
     return run_sender(sender, args)

@@ -195,6 +195,13 @@ class Sender:
     stopped_by: list[int] = field(default_factory=list)
 
 
+def skip_acknowledged(progress: SendProgress) -> list[str] | None:
+    """The resume of a sender that cannot tell the server what it stored: the same input, without the lines
+    acknowledged (and those skipped before); None when that is the input as it was."""
+    done = progress.skipped + progress.acked
+    return ["--skip-lines", str(done)] if done else None
+
+
 def resume_command(argv: list[str], replace: dict[str, str]) -> str:
     """`logport ARGV` with each option of `replace` set to its value (added, or in place of the one given)."""
     out: list[str] = []
