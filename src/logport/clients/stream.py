@@ -253,8 +253,8 @@ def _account(sender: Sender, args: argparse.Namespace, progress: SendProgress, r
     """What was read, acknowledged and not; what may be stored anyway; the command that sends the rest."""
     text = progress.summary()
     if reached and not sender.exactly_once and progress.sent > progress.acked:
-        text += (f" (the server may have stored some of the last {progress.sent - progress.acked:,} without "
-                 f"acknowledging them: a resume sends them again)")
+        text += (f" (the last {progress.sent - progress.acked:,} went out without an acknowledgement: what of "
+                 f"them the server stored, a resume sends again)")
     options = sender.resume(progress) if progress.read > progress.acked or sender.stopped_by else None
     if options:
         replace = dict(zip(options[::2], options[1::2], strict=True))
