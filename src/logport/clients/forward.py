@@ -24,14 +24,8 @@ from typing import Any
 from logport.batch import pack_entries
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
-from logport.clients.stream import (
-    Sender,
-    SenderInput,
-    SendProgress,
-    Waiting,
-    run_sender,
-    skip_acknowledged,
-)
+from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import skip_acknowledged as resume
 from logport.config import parse_server_address
 from logport.errors import (
     AuthenticationError,
@@ -606,6 +600,6 @@ async def send_lines(args: argparse.Namespace, config: SenderConfig, source: Sen
 def send_main(args: argparse.Namespace) -> int:
     def sender() -> Sender:
         config = sender_config(args, Waiting("logport send forward", flags.retry_for(args)))
-        return Sender("logport send forward", partial(send_lines, args, config), skip_acknowledged)
+        return Sender("logport send forward", partial(send_lines, args, config), resume)
 
     return run_sender(sender, args)

@@ -19,14 +19,8 @@ import zmq.asyncio
 from logport import zmqcurve
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
-from logport.clients.stream import (
-    Sender,
-    SenderInput,
-    SendProgress,
-    Waiting,
-    run_sender,
-    skip_acknowledged,
-)
+from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import skip_acknowledged as resume
 from logport.errors import ConfigError, LogportError, RemoteProtocolError
 from logport.protocols import logjam as lj
 
@@ -202,6 +196,6 @@ def send_main(args: argparse.Namespace) -> int:
         except lj.InvalidMessage as e:
             raise ConfigError(f"{e} (--app-env like shop-production, --topic like logs.shop)") from None
         flags.server_list(args, DEFAULT_SERVER)
-        return Sender("logport send logjam", partial(send_lines, args), skip_acknowledged)
+        return Sender("logport send logjam", partial(send_lines, args), resume)
 
     return run_sender(sender, args)

@@ -23,14 +23,8 @@ import orjson
 
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
-from logport.clients.stream import (
-    Sender,
-    SenderInput,
-    SendProgress,
-    Waiting,
-    run_sender,
-    skip_acknowledged,
-)
+from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import skip_acknowledged as resume
 from logport.errors import LogportError, ServerUnavailable, failure_reason
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
@@ -407,6 +401,6 @@ async def send_lines(client: LumberjackClient, source: SenderInput, progress: Se
 def send_main(args: argparse.Namespace) -> int:
     def sender() -> Sender:
         client = client_from_args(args, Waiting("logport send lumberjack", flags.retry_for(args)))
-        return Sender("logport send lumberjack", partial(send_lines, client), skip_acknowledged)
+        return Sender("logport send lumberjack", partial(send_lines, client), resume)
 
     return run_sender(sender, args)
