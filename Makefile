@@ -1,17 +1,21 @@
 # The two commands: `make run` (the hub with its embedded store in ./data) and `make test`.
-# Both set up everything from nothing: the venv, the package with its dev extras (and its C extension),
-# the Node test peers (from package-lock.json) and a Java runtime for Spark.
+# Both set up what they need from nothing. `make run`: the venv with the package, its C extensions and its
+# runtime dependencies only (no test tools, no FUSE). `make test`: that, the dev extras (pytest, mypy, the
+# FUSE file system of the power-loss tests), the Node test peers (from package-lock.json) and a Java runtime
+# for Spark.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PACKAGE := pyproject.toml setup.py $(wildcard src/logport/*/*.c src/logport/*/*.h)
 
 .PHONY: run test lint bench setup java node clean ui-assets chromium screenshots
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/logport serve --data-dir ./data
 
 test: setup
@@ -54,9 +58,11 @@ lint: $(STAMP)
 bench: setup
 	$(BIN)/logport bench
 
-# a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs, and
-# perhaps without a C compiler and Python's headers, which the C extensions need (setup.py)
-$(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logport/protocols/*.h src/logport/spark/*.c)
+# The hub: a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs,
+# and perhaps without a C compiler and Python's headers, which the C extensions need (setup.py). Installed
+# editable, as `make test` installs it: one venv serves both, and a `make run` after `make test` (or before)
+# never leaves the tests an older copy of the sources.
+$(RUN_STAMP): $(PACKAGE)
 	@[ -x $(BIN)/python ] || { $(PYTHON) -c 'import ensurepip' 2>/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }; $(PYTHON) -m venv $(VENV); }
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gcc; }
@@ -67,10 +73,15 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logpo
 	@# logjam's C pass drains the ZeroMQ sockets itself (libzmq's C API: its headers), and bench logjam's load
 	@# generator (bench/_logjam_load.c) links libzmq
 	@[ -e /usr/include/zmq.h ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libzmq3-dev; }
-	@# the power-loss tests' FUSE file system (tests/powerloss): pyfuse3 builds against libfuse3
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# What the tests need beside the hub: the dev extras, and for them the power-loss tests' FUSE file system
+# (tests/powerloss): pyfuse3 builds against libfuse3
+$(STAMP): $(RUN_STAMP) $(PACKAGE)
 	@pkg-config --exists fuse3 2>/dev/null && command -v fusermount3 >/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q fuse3 libfuse3-dev pkg-config; }
-	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 

@@ -15,9 +15,17 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from logport.clients import flags
-from logport.errors import CorruptData, DataDirectoryMissing, LogportError, ServerUnavailable
+from logport.errors import (
+    CorruptData,
+    DataDirectoryMissing,
+    LogportError,
+    NoSuchSegment,
+    NotADataDirectory,
+    ServerUnavailable,
+)
 
 if TYPE_CHECKING:
+    from logport.clients.stream import Waiting
     from logport.store.reader import DirectoryReader
 
 # `logport send <protocol>`: module exposing add_send_arguments(parser) and send_main(args) -> int
@@ -55,6 +63,23 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.default is False or action.default in ("", [], argparse.SUPPRESS):
             return action.help
         return super()._get_help_string(action)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Every parser of `logport` and its subcommands (their subparsers are of this class too): an option only as
+    it is spelled (argparse takes a prefix by default, and `send forward --host` went to `--hostname`), defaults
+    in the help, and an unknown option refused with the usage of the command it was given to, not the top's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def version() -> str:
@@ -98,9 +123,9 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="logport", description="An event hub for log pipelines.",
-                                     formatter_class=HelpFormatter)
+    parser = CommandParser(prog="logport", description="An event hub for log pipelines.")
     parser.add_argument("--version", action="version", version=f"logport {version()}")
+    parser.add_argument("--debug", action="store_true", help="on an error, print its traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser = _with_formatter(sub)
 
@@ -202,11 +227,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _data_dir(args: argparse.Namespace) -> str:
-    """The data directory the command reads; DataDirectoryMissing when it does not exist (a typo read as
-    an empty store: `segments` printed an empty table, `cat` said only `no such segment`)."""
+    """The data directory the command reads; DataDirectoryMissing when it does not exist, NotADataDirectory when
+    it is a file or holds no segments/ (a typo read as an empty store: `segments` printed an empty table, `cat`
+    said only `no such segment`)."""
     data_dir = str(_config(args).store.data_dir)
-    if not Path(data_dir).is_dir():
+    path = Path(data_dir)
+    if not path.exists():
         raise DataDirectoryMissing(data_dir)
+    if not path.is_dir():
+        raise NotADataDirectory(data_dir, "it is a file")
+    if not (path / "segments").is_dir():
+        raise NotADataDirectory(data_dir, "it holds no segments/ directory, which a hub makes when it starts")
     return data_dir
 
 
@@ -282,38 +313,44 @@ def print_output_lags(lags: list[dict[str, Any]]) -> None:
 
 
 def cmd_cat(args: argparse.Namespace) -> int:
+    """Ctrl-C ends --follow (exit 0); in a wait (for the hub, for the segment) it exits 130: nothing was read."""
+    from logport.clients.stream import Waiting
     from logport.eventjson import write_events
 
+    waiting = Waiting("logport cat", flags.retry_for(args))
     try:
         if args.server:
             from logport.clients.segment import cat_from_server
 
             _log_to_stderr("logport cat")
             return asyncio.run(cat_from_server(args.server, args.segment, args.offset, args.follow, sys.stdout,
-                                               timeout=flags.retry_for(args), ssl=flags.tls_context(args)))
+                                               timeout=flags.retry_for(args), ssl=flags.tls_context(args),
+                                               waiting=waiting))
         from logport.store.reader import DirectoryReader
 
         data_dir = _data_dir(args)
         reader = DirectoryReader(data_dir)
         try:  # its chunk files are closed on every way out (main() also runs in-process: tests, scripts)
             if args.follow:
-                _wait_for_segment(reader, args.segment, data_dir)
+                _wait_for_segment(reader, args.segment, data_dir, waiting)
             for segment, offset, body in reader.follow(args.segment, args.offset, follow=args.follow):
                 write_events(sys.stdout, segment, offset, body)
         finally:
             reader.close()
     except KeyboardInterrupt:  # the way to stop --follow
-        pass
+        return 130 if waiting.waiting else 0
     return 0
 
 
-def _wait_for_segment(reader: DirectoryReader, name: str, data_dir: str) -> None:
+def _wait_for_segment(reader: DirectoryReader, name: str, data_dir: str, waiting: Waiting) -> None:
     """Return once segment `name` exists in the data directory, as `tail -F` waits for a file; says so once."""
     if name in reader.segment_names():
         return
-    print(f"waiting for segment {name!r} to be created in {data_dir}", file=sys.stderr, flush=True)
+    waiting.waiting = True
+    print(f"waiting for segment {name!r} to be created in {data_dir} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     while name not in reader.segment_names():
         time.sleep(FOLLOW_POLL)
+    waiting.over()
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -325,11 +362,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from logport.store.reader import DirectoryReader
     from logport.store.verify import total_bytes, verify
 
-    data_dir = _config(args).store.data_dir
-    if not (Path(data_dir) / "segments").is_dir():
-        print(f"logport verify: {data_dir} holds no segments directory: not a logport data directory", file=sys.stderr)
-        return 1
+    data_dir = _data_dir(args)
     names = args.segments or DirectoryReader(data_dir).segment_names()
+    _check_segments(data_dir, names)
     total, done = total_bytes(data_dir, names), 0
     show = sys.stderr.isatty() and not args.json
 
@@ -356,6 +391,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _check_segments(data_dir: str, names: list[str]) -> None:
+    """NoSuchSegment, with what to do, for the first of `names` the data directory does not hold."""
+    from logport.store.reader import DirectoryReader
+
+    held = set(DirectoryReader(data_dir).segment_names())
+    for name in names:
+        if name not in held:
+            raise NoSuchSegment(name, f"in {data_dir}; `logport segments` lists its segments")
+
+
 def _log_to_stderr(prefix: str) -> None:
     """A client command's log: warnings (a server went away, once per outage) as `prefix: message` lines;
     the retries in between are info, and its failure is the command's own last line."""
@@ -369,6 +414,7 @@ def _log_to_stderr(prefix: str) -> None:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
+    """Each sender streams stdin and stops on SIGINT/SIGTERM with a summary (logport.clients.stream)."""
     if getattr(args, "send_missing", False):
         print(f"logport send {args.protocol}: not available in this build", file=sys.stderr)
         return 2
@@ -389,31 +435,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(textwrap.fill(bench_summary(name), 100, initial_indent=indent, subsequent_indent=indent))
         return 0
     module = load_bench(args.scenario)
-    p = argparse.ArgumentParser(prog=f"logport bench {args.scenario}", description=module.__doc__,
-                                formatter_class=HelpFormatter)
+    p = CommandParser(prog=f"logport bench {args.scenario}", description=module.__doc__)
     module.add_arguments(p)
     return int(module.run(p.parse_args(args.args)))
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    """SIGHUP to a running hub; what it made of the config is in its log and logport_config_reloads_total."""
-    import os
-    import signal
+    """SIGHUP to a running hub, once its config checks out; then the hub's verdict (logport.hub_reload)."""
+    from logport.hub_reload import reload_hub
 
-    pid = args.pid
-    if pid is None:
-        try:
-            pid = int(Path(args.pid_file).read_text().strip())
-        except (OSError, ValueError) as e:
-            print(f"logport reload: cannot read a pid from {args.pid_file!r}: {e}", file=sys.stderr)
-            return 1
-    try:
-        os.kill(pid, signal.SIGHUP)
-    except OSError as e:
-        print(f"logport reload: cannot signal pid {pid}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"sent SIGHUP to logport (pid {pid}); its log says what changed")
-    return 0
+    return reload_hub(args.pid, args.pid_file, build_parser)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
@@ -422,41 +453,80 @@ def cmd_top(args: argparse.Namespace) -> int:
     return top(args.metrics, args.interval)
 
 
-def cmd_pipeline(args: argparse.Namespace) -> int:
+def pipeline_parser() -> argparse.ArgumentParser:
     module = importlib.import_module(PIPELINE_MODULE)
-    p = argparse.ArgumentParser(prog="logport pipeline", description=module.__doc__, formatter_class=HelpFormatter)
+    p = CommandParser(prog="logport pipeline", description=module.__doc__)
     module.add_arguments(p)
-    return int(module.main(p.parse_args(args.args)))
+    return p
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    """The job, its Spark warnings silenced, and a Spark error that wraps ours (the data source's) said as ours."""
+    from logport.spark import errors as spark_errors
+    from logport.spark.log4j import quiet_spark_logs
+
+    options = pipeline_parser().parse_args(args.args)
+    quiet_spark_logs()
+    try:
+        return int(importlib.import_module(PIPELINE_MODULE).main(options))
+    except Exception as e:
+        cause = None if args.debug else spark_errors.cause(e)
+        if cause is None:
+            raise
+        print(f"logport pipeline: {cause}", file=sys.stderr)
+        return 1
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
     module = importlib.import_module(UI_MODULE)
-    p = argparse.ArgumentParser(prog="logport ui", description=module.__doc__, formatter_class=HelpFormatter)
+    p = CommandParser(prog="logport ui", description=module.__doc__)
     module.add_arguments(p)
     return int(module.main(p.parse_args(args.args)))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["pipeline"]:  # all its options are the job's: REMAINDER would not take a leading --option
-        args = argparse.Namespace(func=cmd_pipeline, args=argv[1:])
-    elif argv[:1] == ["ui"]:
-        args = argparse.Namespace(func=cmd_ui, args=argv[1:])
+    debug = argv[:1] == ["--debug"]
+    command = argv[1:] if debug else argv
+    if command[:1] == ["pipeline"]:  # all its options are the job's: REMAINDER would not take a leading --option
+        args = argparse.Namespace(func=cmd_pipeline, args=command[1:], debug=debug)
+    elif command[:1] == ["ui"]:
+        args = argparse.Namespace(func=cmd_ui, args=command[1:], debug=debug)
     else:
         args = build_parser().parse_args(argv)
+    args.argv = command  # what a sender's resume command repeats
     try:
         return int(args.func(args))
-    except CorruptData as e:  # the data is bad, not the command
-        print(f"logport: {e}", file=sys.stderr)
-        return 1
-    except (DataDirectoryMissing, ServerUnavailable) as e:  # nothing there to read, not a wrong command
-        print(f"logport: {e}", file=sys.stderr)
-        return 1
-    except LogportError as e:
-        print(f"logport: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
+    except Exception as e:
+        if args.debug:
+            raise
+        code = exit_code(e)
+        if code is None:
+            raise
+        if code:
+            print(f"logport: {failure(e) if isinstance(e, OSError) and not isinstance(e, LogportError) else e}",
+                  file=sys.stderr)
+        return code
+    except KeyboardInterrupt:  # stopped before (or outside) a command's own handling of Ctrl-C
+        return 130
+
+
+def exit_code(e: Exception) -> int | None:
+    """A user's mistake or the state of things, as an exit status: 1 for what is there (corrupt data, a data
+    directory or server that is not there, a file that cannot be read), 2 for a wrong command; None: a bug."""
+    if isinstance(e, BrokenPipeError):  # `logport cat ... | head`
         return 0
+    if isinstance(e, CorruptData | DataDirectoryMissing | NotADataDirectory | ServerUnavailable | OSError):
+        return 1
+    if isinstance(e, LogportError):
+        return 2
+    return None
+
+
+def failure(e: OSError) -> str:
+    """An OSError as the one line a user needs: what failed, on which file."""
+    what = e.strerror or str(e)
+    return f"{e.filename}: {what}" if e.filename else what
 
 
 if __name__ == "__main__":

@@ -117,8 +117,8 @@ class StoreError(LogportError):
 
 
 class NoSuchSegment(StoreError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no such segment {name!r}")
+    def __init__(self, name: str, where: str = "") -> None:
+        super().__init__(f"no such segment {name!r}" + (f" {where}" if where else ""))
         self.name = name
 
 
@@ -256,6 +256,7 @@ class ServerUnavailable(LogportError, ConnectionError):
         self.peer = peer
         self.reason = reason
         self.waited = waited
+        self.connected = connected  # the server was reached before it failed
 
 
 class DataDirectoryMissing(StoreError):
@@ -264,4 +265,13 @@ class DataDirectoryMissing(StoreError):
     def __init__(self, data_dir: str) -> None:
         super().__init__(f"data directory {data_dir} does not exist (give the hub's store.data_dir with --data-dir "
                          f"or --config)")
+        self.data_dir = data_dir
+
+
+class NotADataDirectory(StoreError):
+    """A command that reads a data directory was pointed at something else (a file, another directory)."""
+
+    def __init__(self, data_dir: str, why: str) -> None:
+        super().__init__(f"{data_dir} is not a logport data directory: {why} (give the hub's store.data_dir with "
+                         f"--data-dir or --config)")
         self.data_dir = data_dir

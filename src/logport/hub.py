@@ -28,7 +28,7 @@ from logport.runtime import Runtime, Service
 from logport.store import SegmentStore
 from logport.store.identity import ensure_hub_identity
 from logport.systemd import Notifier
-from logport.tls import check_tls_files
+from logport.tls import check_listener_tls
 
 log = logging.getLogger("logport.hub")
 
@@ -71,6 +71,7 @@ class Hub:
 
     async def start(self) -> Runtime:
         cfg = self.config
+        check_listener_tls(cfg)  # before the store: a start that fails on a certificate leaves no data directory
         store = await SegmentStore.open(cfg.store, metrics=self.metrics)
         runtime = Runtime(config=cfg, store=store, metrics=self.metrics, router=Router(cfg.routes),
                           hub_id=ensure_hub_identity(cfg.store.data_dir))  # made on the first start, kept for good
@@ -191,10 +192,7 @@ class Hub:
         runtime, old = self.runtime, self.config
         try:
             new = load_config(self.config_path, **self.overrides)
-            for name in ("forward", "lumberjack", "segment"):
-                section = getattr(new, name)
-                if section.enabled and section.tls.enabled:
-                    check_tls_files(f"{name}.tls", section.tls)
+            check_listener_tls(new)
         except ConfigError as e:
             return self._refuse_reload(str(e))
         steps = reload_plan.plan(old, new)

@@ -91,6 +91,7 @@ def test_cat_follow_prints_new_events(data_dir: Path) -> None:
 
 
 def test_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "segments").mkdir()  # a hub's data directory, without that segment
     assert main(["cat", "nosuch", "--data-dir", str(tmp_path)]) == 2
     assert "no such segment 'nosuch'" in capsys.readouterr().err
     cfg = tmp_path / "bad.toml"

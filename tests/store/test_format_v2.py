@@ -250,6 +250,7 @@ def test_verify_passes_a_sound_directory(template: Path) -> None:
 
 
 def test_verify_refuses_a_directory_that_is_not_a_data_directory(tmp_path: Path) -> None:
+    (tmp_path / "nope").mkdir()
     run = subprocess.run([sys.executable, "-m", "logport.cli", "verify", "--data-dir", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "not a logport data directory" in run.stderr

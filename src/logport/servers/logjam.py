@@ -338,8 +338,8 @@ class LogjamDevice:
         message = event.event
         if isinstance(message, lj.PingRequest):
             self.metrics.pings.inc()  # nobody to answer on PULL
-            if message.sync:
-                replies.append((False, lj.Pong(event.route, self.hostname)))
+            if message.sync:  # after the messages before it in the batch are stored (else none): a sender's proof
+                replies.append((bool(accepted), lj.Pong(event.route, self.hostname)))
             return
         assert isinstance(message, lj.DataMessage)
         try:
@@ -415,16 +415,22 @@ class LogjamDevice:
         """Stop taking messages, then store and answer every one already taken: a message still in
         ZeroMQ's queue was never answered, and the sender's resend after its timeout is the sender's."""
         self.draining = True
+        started = time.monotonic()
         self.pause()
         await wait_until(lambda: not self._taking)  # a pump that took a batch queues it (it is then answered)
         for task in self._pumps:
             task.cancel()
         await asyncio.gather(*self._pumps, return_exceptions=True)
+        batches = self._pending.qsize()
         try:
             async with asyncio.timeout(max(timeout, 0.0)):
                 await self._pending.join()
         except TimeoutError:
             log.warning("logjam drain timed out", extra={"queued": self._pending.qsize()})
+        # as servers/_lifecycle.py's listeners say it; ZeroMQ shows no connections: the batches taken are drained
+        log.info("listener drained", extra={"listener": "logjam", "batches": batches,
+                                            "unsettled": self._pending.qsize(),
+                                            "seconds": round(time.monotonic() - started, 3)})
 
     async def close(self) -> None:
         for task in self.tasks:
