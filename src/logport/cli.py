@@ -477,11 +477,15 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         return 1
 
 
-def cmd_ui(args: argparse.Namespace) -> int:
+def ui_parser() -> argparse.ArgumentParser:
     module = importlib.import_module(UI_MODULE)
     p = CommandParser(prog="logport ui", description=module.__doc__)
     module.add_arguments(p)
-    return int(module.main(p.parse_args(args.args)))
+    return p
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    return int(importlib.import_module(UI_MODULE).main(ui_parser().parse_args(args.args)))
 
 
 def main(argv: list[str] | None = None) -> int:

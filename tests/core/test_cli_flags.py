@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from logport.cli import build_parser, pipeline_parser
+from logport.cli import build_parser, pipeline_parser, ui_parser
 from logport.clients import flags
 from logport.clients.logjam import endpoint
 from logport.errors import ConfigError
@@ -18,7 +18,7 @@ from tests.conftest import REPO
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
-    """Every command's parser by its name (`logport send forward`); `logport pipeline` is the job's own."""
+    """Every command's parser by its name (`logport send forward`); `logport pipeline` and `logport ui` are their modules' own."""
     found: dict[str, argparse.ArgumentParser] = {}
 
     def walk(name: str, parser: argparse.ArgumentParser) -> None:
@@ -31,6 +31,7 @@ def commands() -> dict[str, argparse.ArgumentParser]:
 
     walk("logport", build_parser())
     found["logport pipeline"] = pipeline_parser()
+    found["logport ui"] = ui_parser()
     return found
 
 
