@@ -1,4 +1,4 @@
-"""The `logport` command: serve, segments, cat, send, bench, pipeline."""
+"""The `logport` command: serve, segments, cat, send, bench, pipeline, spark-package."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ SEND_TARGETS: dict[str, str] = {
 }
 
 PIPELINE_MODULE = "logport.spark.pipeline"  # add_arguments(parser), main(args) -> int
+SPARK_PACKAGE_MODULE = "logport.spark.package"  # the same
 
 # `logport bench` with no scenario: how long each takes with its defaults (rough, on a 2-core machine) and
 # what it needs beyond the venv; what it measures is the first paragraph of its module's docstring
@@ -159,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_parser("pipeline", help="run the Spark analytics job", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_pipeline)
+
+    p = add_parser("spark-package", help="pack logport for Spark's executors (spark-submit --archives)")
+    importlib.import_module(SPARK_PACKAGE_MODULE).add_arguments(p)
+    p.set_defaults(func=lambda args: importlib.import_module(SPARK_PACKAGE_MODULE).main(args))
     return parser
 
 
