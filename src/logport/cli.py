@@ -34,6 +34,7 @@ SPARK_PACKAGE_MODULE = "logport.spark.package"  # the same
 # `logport bench` with no scenario: how long each takes with its defaults (rough, on a 2-core machine) and
 # what it needs beyond the venv; what it measures is the first paragraph of its module's docstring
 BENCH_NEEDS: dict[str, tuple[str, str]] = {
+    "cluster": ("3-6 min", "root and iproute2 (network namespaces: hubs and Spark workers as hosts); Java for PySpark"),
     "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node"),
     "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +123,31 @@ def here(code: str, substitutions: dict[str, str]) -> str:
     return code
 
 
-def on_driver(lan: Lan, code: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    """A shell block on the driver's host, as a user's shell there: the venv's commands and Spark's on
-    PATH, no Spark settings but where Spark is and the host's address."""
-    env = spark_env(lan.addresses["driver"])
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(spark_home() / "bin"), env.get("PATH", "")])
-    with log.open("ab") as out:
-        return subprocess.Popen([*lan.exec("driver"), "bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+class Driver:
+    """Shell blocks on the driver's host, as a user's shell there: the venv's commands and Spark's on PATH,
+    no Spark settings but where Spark is and the host's address. What is still running at the end (a
+    test that failed half-way) is stopped, with everything it started."""
+
+    def __init__(self, lan: Lan) -> None:
+        self.lan = lan
+        self.runs: list[subprocess.Popen[bytes]] = []
+
+    def run(self, code: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+        env = spark_env(self.lan.addresses["driver"])
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(spark_home() / "bin"),
+                                       env.get("PATH", "")])
+        with log.open("ab") as out:
+            self.runs.append(subprocess.Popen([*self.lan.exec("driver"), "bash", "-euo", "pipefail", "-c", code],
+                                              cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+        return self.runs[-1]
+
+    def stop(self) -> None:
+        for run in self.runs:
+            if run.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(run.pid, signal.SIGKILL)
+                run.wait(30)
 
 
 def finished(process: subprocess.Popen[bytes], log: Path, seconds: float) -> int:
@@ -201,18 +219,23 @@ def test_pipeline_on_a_standalone_cluster(spark, tmp_path: Path) -> None:  # typ
     assert subprocess.run([base_interpreter(), "-c", "import logport"], capture_output=True).returncode != 0
     package, batch, stream = cluster_blocks()
     with Lan.create([*HUBS, *WORKERS, "driver"]) as lan:
-        log = tmp_path / "driver.log"
-        packing = on_driver(lan, here(package, {}), tmp_path, log)  # meanwhile the hubs and the cluster start
-        with hubs_on(lan, tmp_path) as hubs, standalone_cluster(lan, WORKERS, tmp_path / "spark") as cluster:
-            say("hosts, hubs and the standalone cluster up")
-            assert finished(packing, log, 300) == 0
-            assert (tmp_path / "logport-job" / "logport-env.tar.gz").is_file()
-            say("logport spark-package")
-            run_on_cluster(spark, tmp_path, lan, hubs, cluster, batch, stream, say)
+        driver = Driver(lan)
+        try:
+            log = tmp_path / "driver.log"
+            packing = driver.run(here(package, {}), tmp_path, log)  # meanwhile the hubs and the cluster start
+            with hubs_on(lan, tmp_path) as hubs, standalone_cluster(lan, WORKERS, tmp_path / "spark") as cluster:
+                say("hosts, hubs and the standalone cluster up")
+                assert finished(packing, log, 300) == 0
+                assert (tmp_path / "logport-job" / "logport-env.tar.gz").is_file()
+                say("logport spark-package")
+                run_on_cluster(spark, tmp_path, driver, hubs, cluster, batch, stream, say)
+        finally:
+            driver.stop()
 
 
-def run_on_cluster(spark: Any, tmp_path: Path, lan: Lan, hubs: list[HubProcess], cluster: StandaloneCluster,
+def run_on_cluster(spark: Any, tmp_path: Path, driver: Driver, hubs: list[HubProcess], cluster: StandaloneCluster,
                    batch: str, stream: str, say: Any) -> None:
+    lan = driver.lan
     servers = ",".join(h.server() for h in hubs)
     address_of = {read_hub_identity(h.data_dir) or "": h.address for h in hubs}
     lake = tmp_path / "lake"
@@ -222,7 +245,7 @@ def run_on_cluster(spark: Any, tmp_path: Path, lan: Lan, hubs: list[HubProcess],
     shipper.send(1000)
     # 1. batch
     batch_log = tmp_path / "batch.log"
-    assert finished(on_driver(lan, batch, tmp_path, batch_log), batch_log, 400) == 0, batch_log.read_text()
+    assert finished(driver.run(batch, tmp_path, batch_log), batch_log, 400) == 0, batch_log.read_text()
     stored = stored_per_hub(spark, servers, address_of)
     assert sum(stored.values()) == sum(shipper.acked.values()) == 1000
     say("batch run")
@@ -232,7 +255,7 @@ def run_on_cluster(spark: Any, tmp_path: Path, lan: Lan, hubs: list[HubProcess],
     # 2. streaming, while the shipper sends; a worker dies mid-micro-batch, then hub 2's link goes down
     shipper.start()
     run_log = tmp_path / "stream-1.log"
-    run = on_driver(lan, stream + TEST_SETTINGS, tmp_path, run_log)
+    run = driver.run(stream + TEST_SETTINGS, tmp_path, run_log)
     checkpoint = lake / "stream" / "_checkpoints" / "events"
     wait_for(lambda: batches(checkpoint, "commits"), 300, "committed micro-batch", run_log, run)
     say("streaming run: first micro-batch committed")
@@ -260,7 +283,7 @@ def run_on_cluster(spark: Any, tmp_path: Path, lan: Lan, hubs: list[HubProcess],
     time.sleep(2)
     shipper.stop()
     resumed_log = tmp_path / "stream-2.log"
-    resumed = on_driver(lan, stream + TEST_SETTINGS + " --available-now", tmp_path, resumed_log)
+    resumed = driver.run(stream + TEST_SETTINGS + " --available-now", tmp_path, resumed_log)
     assert finished(resumed, resumed_log, 400) == 0, resumed_log.read_text()
     second_run = resumed_log.read_text(errors="replace")
     say("the driver restarted from the checkpoint: done")

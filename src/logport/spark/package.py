@@ -11,7 +11,6 @@ import argparse
 import importlib.metadata
 import json
 import os
-import re
 import shutil
 import sys
 import sysconfig
@@ -31,7 +30,7 @@ LAUNCHER = "pipeline.py"  # the driver's script: `logport pipeline` under spark-
 PROVIDED_BY_SPARK = {"pyspark", "py4j"}
 # Nothing an executor imports: sources, headers, caches (rebuilt there), pyarrow's C++ headers and tests.
 SKIPPED_SUFFIXES = {".pyc", ".pyx", ".pxd", ".pxi", ".h", ".hpp", ".c", ".cc", ".cpp"}
-SKIPPED_DIRS = {"__pycache__", "pyarrow/include", "pyarrow/tests"}
+SKIPPED_TREES = ("pyarrow/include/", "pyarrow/tests/")
 MARK = "packed-by = logport spark-package"  # in pyvenv.cfg: a directory this command may replace
 GZIP_LEVEL = 1  # most of the bytes are shared libraries, which level 9 shrinks little more, several times slower
 
@@ -73,10 +72,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def pack(out: Path, root: str = "logport") -> Packed:
-    """Write, in OUT: logport-env/ (a virtual environment of this Python with `root`, logport, and the
-    libraries it runs with), logport-env.tar.gz (the same, for --archives), spark.conf (spark-submit's settings)
-    and pipeline.py (the job's driver script). spark-submit runs in OUT: Spark plans a Python data
-    source on the driver with the executors' Python, ./logport-env/bin/python, from its working directory."""
+    """Write, in OUT: logport-env/ (a virtual environment of this Python with the distribution `root` and
+    what it needs to run), logport-env.tar.gz (the same, for --archives), spark.conf (spark-submit's
+    settings) and pipeline.py (the job's driver script). spark-submit runs in OUT: Spark plans a Python
+    data source on the driver with the executors' Python, ./logport-env/bin/python, from its working
+    directory."""
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     dists = runtime_distributions(root)
@@ -118,10 +118,6 @@ def base_interpreter() -> str:
     return str(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def runtime_distributions(root: str) -> list[importlib.metadata.Distribution]:
     """`root` and every distribution it requires at run time, transitively, but what Spark provides.
 
@@ -129,11 +125,12 @@ def runtime_distributions(root: str) -> list[importlib.metadata.Distribution]:
     are left out.
     """
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     found: dict[str, importlib.metadata.Distribution] = {}
     todo = [root]
     while todo:
-        name = _canonical(todo.pop())
+        name = canonicalize_name(todo.pop())
         if name in found or name in PROVIDED_BY_SPARK:
             continue
         try:
@@ -146,14 +143,12 @@ def runtime_distributions(root: str) -> list[importlib.metadata.Distribution]:
             requirement = Requirement(text)
             if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
                 todo.append(requirement.name)
-    return sorted(found.values(), key=lambda d: _canonical(d.metadata["Name"]))
+    return [found[name] for name in sorted(found)]
 
 
 def _skipped(relative: Path) -> bool:
-    if relative.suffix in SKIPPED_SUFFIXES:
-        return True
-    parts = relative.parts
-    return any("/".join(parts[: i + 1]) in SKIPPED_DIRS or part in SKIPPED_DIRS for i, part in enumerate(parts))
+    return (relative.suffix in SKIPPED_SUFFIXES or "__pycache__" in relative.parts
+            or relative.as_posix().startswith(SKIPPED_TREES))
 
 
 def distribution_files(dist: importlib.metadata.Distribution) -> Iterator[tuple[Path, str]]:
@@ -180,7 +175,7 @@ def distribution_files(dist: importlib.metadata.Distribution) -> Iterator[tuple[
 def _editable_files(dist: importlib.metadata.Distribution) -> Iterator[tuple[Path, str]]:
     import importlib.util
 
-    top_level = (dist.read_text("top_level.txt") or "").split() or [_canonical(dist.metadata["Name"]).replace("-", "_")]
+    top_level = (dist.read_text("top_level.txt") or "").split() or [dist.metadata["Name"].replace("-", "_")]
     for name in top_level:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
