@@ -30,6 +30,8 @@ test: ops-tools
 ops-tools:
 	@command -v systemd-analyze >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q systemd; }
 	@command -v tmux >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q tmux; }
+	@# iproute2's ip makes the network namespaces the tests of several hosts run in (tests/multihub)
+	@command -v ip >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iproute2; }
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { $(SUDO) apt-get update -q \
 		&& $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 

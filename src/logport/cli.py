@@ -1,4 +1,4 @@
-"""The `logport` command: serve, segments, cat, send, bench, pipeline."""
+"""The `logport` command: serve, segments, cat, send, bench, pipeline, spark-package."""
 
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ SEND_TARGETS: dict[str, str] = {
 
 PIPELINE_MODULE = "logport.spark.pipeline"  # add_arguments(parser), main(args) -> int
 UI_MODULE = "logport.ui.serve"  # the same for `logport ui`
+SPARK_PACKAGE_MODULE = "logport.spark.package"  # the same
 
 # `logport bench` with no scenario: how long each takes with its defaults (rough, on a 2-core machine) and
 # what it needs beyond the venv; what it measures is the first paragraph of its module's docstring
 BENCH_NEEDS: dict[str, tuple[str, str]] = {
+    "cluster": ("3-6 min", "root and iproute2 (network namespaces: hubs and Spark workers as hosts); Java for PySpark"),
     "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node; "
                 "fluent-bit on PATH for --peer fluent-bit"),
     "logjam": ("3-5 min", "cc and libzmq's headers for its C load generator (`make setup`); git and pip to build "
@@ -193,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_parser("ui", help="the web app over the pipeline's lake (views, JSON API, live view)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_ui)
+
+    p = add_parser("spark-package", help="pack logport for Spark's executors (spark-submit --archives)")
+    importlib.import_module(SPARK_PACKAGE_MODULE).add_arguments(p)
+    p.set_defaults(func=lambda args: importlib.import_module(SPARK_PACKAGE_MODULE).main(args))
     return parser
 
 

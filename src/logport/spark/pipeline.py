@@ -472,6 +472,8 @@ def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress
 
 
 def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progress: Progress) -> dict[str, int]:
+    from pyspark.errors import StreamingQueryException
+
     events = spark.readStream.format("logport").options(**source_options(args)).load()
     events = events.withWatermark("time", args.watermark)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out / "_checkpoints"
@@ -490,6 +492,9 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
         started = time.monotonic()
         while query.isActive and query.lastProgress is None and time.monotonic() - started < 60:
             time.sleep(0.2)
+        first = query.recentProgress[:1]
+        if first and first[0]["batchId"] > 0:  # a restart: say where the checkpoint took it up
+            progress.say(f"{query.name}: resumed from its checkpoint at micro-batch {first[0]['batchId']}")
 
     def poll() -> str | None:
         lines = []
@@ -511,6 +516,8 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progres
                     break
     except KeyboardInterrupt:
         progress.say("interrupted: stopping the queries (the checkpoint keeps the position)")
+    except StreamingQueryException:  # one failed: the others are stopped, and QueryFailed below says why
+        pass
     finally:
         for q in queries:
             q.stop()
