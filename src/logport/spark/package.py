@@ -28,6 +28,8 @@ PROPERTIES = "spark.conf"  # spark-submit --properties-file
 LAUNCHER = "pipeline.py"  # the driver's script: `logport pipeline` under spark-submit
 # The cluster's Spark puts its own pyspark (and py4j) on every Python worker's path, in the version of its JVM.
 PROVIDED_BY_SPARK = {"pyspark", "py4j"}
+# `logport ui`'s web stack: the hub's machine runs it, never an executor.
+NOT_ON_EXECUTORS = {"fastapi", "uvicorn", "duckdb"}
 # Nothing an executor imports: sources, headers, caches (rebuilt there), pyarrow's C++ headers and tests.
 SKIPPED_SUFFIXES = {".pyc", ".pyx", ".pxd", ".pxi", ".h", ".hpp", ".c", ".cc", ".cpp"}
 SKIPPED_TREES = ("pyarrow/include/", "pyarrow/tests/")
@@ -119,7 +121,8 @@ def base_interpreter() -> str:
 
 
 def runtime_distributions(root: str) -> list[importlib.metadata.Distribution]:
-    """`root` and every distribution it requires at run time, transitively, but what Spark provides.
+    """`root` and every distribution it requires at run time, transitively, but what Spark provides and the web
+    app's own.
 
     Requirements of extras, and those whose marker does not hold here (another platform or Python),
     are left out.
@@ -131,7 +134,7 @@ def runtime_distributions(root: str) -> list[importlib.metadata.Distribution]:
     todo = [root]
     while todo:
         name = canonicalize_name(todo.pop())
-        if name in found or name in PROVIDED_BY_SPARK:
+        if name in found or name in PROVIDED_BY_SPARK or name in NOT_ON_EXECUTORS:
             continue
         try:
             dist = importlib.metadata.distribution(name)
