@@ -23,6 +23,7 @@ from logport.errors import (
     NotADataDirectory,
     ServerUnavailable,
 )
+from logport.logs import StderrHandler
 
 if TYPE_CHECKING:
     from logport.clients.stream import Waiting
@@ -413,7 +414,7 @@ def _log_to_stderr(prefix: str) -> None:
     root = logging.getLogger()
     if root.handlers:  # main() called by a program (a test) that logs its own way
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
     handler.setLevel(logging.WARNING)
     root.addHandler(handler)
