@@ -56,7 +56,9 @@ def store(spark: Any, data_dir: Path, shipped: list[Shipped]) -> Stored:
              for segment, appended in results.items()
              for result, batch in zip(appended, events[segment], strict=True)
              for i, event in enumerate(batch)}
-    return Stored(spark.read.format("logport").option("path", str(data_dir)).load(), truth)
+    # read once: each test reads its events several times
+    events = spark.read.format("logport").option("path", str(data_dir)).load().localCheckpoint(eager=True)
+    return Stored(events, truth)
 
 
 def _minute_key(s: Shipped, segment: str) -> tuple[Any, ...]:
@@ -189,3 +191,39 @@ def test_new_and_growing_patterns_across_batches(spark: Any, tmp_path: Path) -> 
     kept = sampled[0].keys() & sampled[1].keys()
     assert len(kept) > 0.9 * len(sampled[0])
     assert [p for p in kept if not sampled[0][p] & sampled[1][p]] == []
+
+
+def test_segment_json_logjam_and_json_text_records(spark: Any) -> None:
+    """Opaque segment-protocol events count when they are JSON objects, filed by their own time (else counted
+    as without time); logjam events do not count; a record kept as msgpack in `raw` counts with its batch's
+    time; records as JSON text (the source's record=json) give the same rows as VARIANT."""
+    from pyspark.sql import functions as F
+
+    t = datetime(2026, 11, 18, 10, 5, 30, tzinfo=UTC)
+    events = [
+        ("json", None, None, None, b'{"@timestamp":"2026-11-18T10:07:00.5Z","level":"warn","msg":"disk full","host":"a"}'),
+        ("json", None, None, None, b' {"ts":1795000000123,"lvl":"error","msg":"x"}'),  # epoch milliseconds
+        ("json", None, None, None, b'{"msg":"no time here"}'),
+        ("json", None, None, None, b"plain text line"),
+        ("json", None, None, None, b"[1, 2]"),
+        ("fwd", "forward", t, '{"log":"E1118 10:05:30.000000 1 x.go:1] failed","stream":"stderr"}', None),
+        ("fwd", "forward", t, None, b"\x81\xa1a\x01"),  # too large for a VARIANT: msgpack in raw
+        ("lj", "logjam", t, '{"action":"A#b","total_time":5}', None),
+    ]
+    rows = [(segment, i, 0, None if source is None else "app", time, record, source, raw, "hub")
+            for i, (segment, source, time, record, raw) in enumerate(events)]
+    text = spark.createDataFrame(rows, "segment string, offset bigint, index int, tag string, time timestamp, "
+                                       "record string, source string, raw binary, hub string")
+    got = {}
+    for layout, df in (("variant", text.withColumn("record", F.parse_json("record"))), ("json", text)):
+        ctx = BatchContext(spark, 1, LakeSettings(), streaming=False)
+        tables = log_tables(df, ctx)
+        got[layout] = sorted(tuple(r) for r in tables["log_minutes"].collect())
+        assert ctx.counters[UNTIMED] == 1
+        assert {r["template"] for r in tables["patterns"].collect()} == {"disk full", "x", "failed"}
+    assert got["variant"] == got["json"] == sorted([
+        ("2026-11-18", 605, "fwd", "app", "forward", None, "error", 1, len(events[5][3] or "")),
+        ("2026-11-18", 605, "fwd", "app", "forward", None, "unknown", 1, 4),
+        ("2026-11-18", 607, "json", "", "segment", "a", "warn", 1, len(events[0][4] or b"")),
+        ("2026-11-18", 666, "json", "", "segment", None, "error", 1, len(events[1][4] or b"")),
+    ])
