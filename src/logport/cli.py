@@ -35,6 +35,7 @@ PIPELINE_MODULE = "logport.spark.pipeline"  # add_arguments(parser), main(args) 
 BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node"),
     "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
+    "logs": ("4-8 min", "Java for PySpark (`make java`); the test corpus (tests/spark/logcorpus.py)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
