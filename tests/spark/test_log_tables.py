@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from logport.lake.log import Entry, LakeLog
 from logport.lake.patterns import growing_patterns, new_patterns
@@ -76,6 +77,7 @@ def _schema(df: Any) -> tuple[tuple[str, str], ...]:
     return tuple((f.name, f.dataType.simpleString()) for f in df.schema.fields)
 
 
+@pytest.mark.slow
 def test_corpus_patterns_levels_and_minutes(spark: Any, tmp_path: Path) -> None:
     shipped = list(corpus(8000, every=2))
     stored = store(spark, tmp_path / "data", shipped)
@@ -147,6 +149,7 @@ def _commit(lake: Path, batch: int, tables: dict[str, Any]) -> None:
     LakeLog(lake).commit(Entry(batch, files))
 
 
+@pytest.mark.slow
 def test_new_and_growing_patterns_across_batches(spark: Any, tmp_path: Path) -> None:
     import random
 
