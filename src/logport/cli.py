@@ -50,6 +50,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "logjam": ("3-5 min", "cc and libzmq's headers for its C load generator (`make setup`); git and pip to build "
                "the --baseline commit it runs beside this checkout ('' to skip); logjam-device on PATH for "
                "--peer logjam-device"),
+    "logs": ("4-8 min", "Java for PySpark (`make java`); the test corpus (tests/spark/logcorpus.py)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
