@@ -40,7 +40,7 @@ bench: setup
 
 # a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs, and
 # perhaps without a C compiler and Python's headers, which the C extensions need (setup.py)
-$(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logport/protocols/*.h src/logport/spark/*.c)
+$(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logport/protocols/*.h src/logport/spark/*.c src/logport/store/*.c)
 	@[ -x $(BIN)/python ] || { $(PYTHON) -c 'import ensurepip' 2>/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }; $(PYTHON) -m venv $(VENV); }
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gcc; }

@@ -202,6 +202,32 @@ class CorruptData(StoreError):
 _CORRUPT = re.compile(r"bytes (?P<start>\d+)\.\.(?P<end>\d+) of (?P<path>.+?) are corrupt \((?P<reason>[^)]*)\)")
 
 
+class DataGivenUp(CorruptData):
+    """Corrupt bytes an operator gave up (`logport verify --repair`, recorded in the segment's state): a reader
+    skips the range with a warning and goes on at `end`; a reader that does not know this refuses it as corrupt."""
+
+    def __init__(self, name: str, start: int, end: int, path: str, reason: str, when: str) -> None:
+        StoreError.__init__(self, f"segment {name!r}: bytes {start}..{end} of {path} were given up at {when} "
+                                  f"by logport verify --repair ({reason}); skipped")
+        self.name = name
+        self.start = start
+        self.end = end
+        self.path = path
+        self.reason = reason
+        self.when = when
+
+    @classmethod
+    def from_message(cls, name: str, message: str) -> DataGivenUp | None:
+        found = _GIVEN_UP.search(message)
+        if found is None:
+            return None
+        return cls(name, int(found["start"]), int(found["end"]), found["path"], found["reason"], found["when"])
+
+
+_GIVEN_UP = re.compile(r"bytes (?P<start>\d+)\.\.(?P<end>\d+) of (?P<path>.+?) were given up at (?P<when>\S+) "
+                       r"by logport verify --repair \((?P<reason>[^)]*)\)")
+
+
 class DataDirectoryInUse(StoreError):
     """Another process (a second hub) holds the data directory's lock: two writers would overwrite each other."""
 

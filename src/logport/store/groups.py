@@ -217,6 +217,15 @@ def walk_chunk(data: Buffer, base: int, *, at: int = 0, prev: int | None = None,
     return layout
 
 
+def why_the_data_ends(rest: Buffer, layout: ChunkLayout) -> str:
+    """Why a walk of a chunk ended at `layout.end`: the check that the chunk's bytes from there (`rest`, to
+    the file's end) fail."""
+    if not rest:
+        return "the chunk file ends"
+    checked = _check_group(rest, 0, layout.end, layout.last_crc if layout.groups else None)
+    return checked if isinstance(checked, str) else "its frames are not whole"
+
+
 def _scan_group(group: memoryview, scan: frames.ChunkScan) -> bool:
     """Feed a group's frames to `scan` (offsets from the group's start: a writer table comes first in
     a chunk's head group); whether they are whole frames in the layout the store writes. The writer

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logport.batch import BatchDecodeError, decode_batch, iter_entries
 from logport.config import check_segment_name
 from logport.errors import NoSuchSegment, OffsetTruncated, StoreError
-from logport.store import frames, groups
+from logport.store import frames, groups, marks
+from logport.store.counting import count_events
 from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState
 from logport.store.verified import VerifiedReads
 
@@ -75,17 +75,23 @@ class DirectoryReader:
 
         Beside a running hub, or after a crash before the restart, the files may end in a torn
         frame or in a multi-frame append not all written: recovery cuts both, so they are not read.
+        Below the segment's recovery point (store/marks.py) nothing is cut: a range there that fails its
+        check is corrupt, and reads of it raise CorruptData.
         """
+        seg_dir = self.root / name
+        found = marks.load(seg_dir) if seg_dir.is_dir() else marks.Marks()  # first: each mark was true by then
         reader = self._reader(name, refresh=True)
         state = SegmentState.load(reader.seg_dir)
+        self._verified[name].given_up = state.given_up()
         if not reader.bases:
             return state.start_offset, state.start_offset, state.sealed
         start = max(state.start_offset, reader.bases[0])
-        return start, max(start, self._recoverable_end(name, reader)), state.sealed
+        return start, max(start, self._recoverable_end(name, reader, found)), state.sealed
 
-    def _recoverable_end(self, name: str, reader: ChunkReader) -> int:
+    def _recoverable_end(self, name: str, reader: ChunkReader, found: marks.Marks | None = None) -> int:
         """The end of what recovery would keep of the last chunk: its last valid commit group (v2), its
-        last whole append (v1). A v2 chunk is walked whole once, then only what was added since.
+        last whole append (v1), or the recovery point when that is higher. A v2 chunk is walked whole once,
+        then only what was added since.
 
         The chunks before it are whole: the store syncs a chunk before it starts the next one.
         """
@@ -102,6 +108,15 @@ class DirectoryReader:
         else:
             verified.follow_last(tail.layout, tail.scan, size)
         tail.last_head = self._head(reader, tail)
+        point = found.recovery_point(reader.bases[0]) if found is not None else None
+        if point is not None and point.base >= base and point.end > tail.layout.end:
+            layout = tail.layout
+            why = (groups.why_the_data_ends(reader.pread(layout.end, base + size - layout.end, base + size), layout)
+                   if point.base == base else f"the chunk file of offset {point.base} is missing")
+            bad = marks.below_recovery_point(layout, point, why)
+            assert bad is not None
+            layout.corrupt.append(bad)  # refused by every read of it, and the walk goes on from the point
+            layout.end, layout.last_crc = point.end, point.last_crc
         return tail.layout.end
 
     @staticmethod
@@ -260,18 +275,3 @@ def walk_frames(pread: Callable[[int, int, int], bytes], start: int, end: int,
                 body = pread(pos + size, length, end)
         yield pos, frame_type, length, body
         pos = stop
-
-
-def count_events(body: bytes | memoryview) -> int:
-    """Entries of a batch (its `size` option when it has one); 1 for an opaque event.
-
-    A body that decodes as a batch but whose entries do not is opaque too: `logport cat`
-    prints it as one raw event, so it counts as one.
-    """
-    try:
-        batch = decode_batch(body)
-        if batch.size is not None:
-            return batch.size
-        return sum(1 for _ in iter_entries(batch.entries))
-    except BatchDecodeError:
-        return 1

@@ -28,9 +28,9 @@ from typing import overload
 
 from crc32c import crc32c
 
-from logport.errors import CorruptData
+from logport.errors import CorruptData, DataGivenUp
 from logport.store import frames, groups
-from logport.store.files import ChunkReader, chunk_path
+from logport.store.files import ChunkReader, CorruptRange, chunk_path
 
 _LAYOUTS_KEPT = 8  # layouts of chunks other than the last
 _SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
@@ -127,6 +127,7 @@ class VerifiedReads:
         self._scratch: bytearray | None = None  # the windows of a walk that keeps nothing
         self._maps: collections.OrderedDict[int, mmap.mmap] = collections.OrderedDict()  # base -> its file, mapped
         self._checked: dict[int, tuple[int, int, float]] = {}  # base -> [start, end) checked through the mapping, when
+        self.given_up: list[CorruptRange] = []  # ranges `logport verify --repair` gave up: DataGivenUp, not CorruptData
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
         """The last chunk's layout from now on. The one before is kept when it is whole (it ends where the new
@@ -503,7 +504,11 @@ class VerifiedReads:
         return data
 
     def _corrupt(self, start: int, end: int, base: int, reason: str) -> None:
-        error = CorruptData(self.name, start, end, os.fspath(chunk_path(self.chunks.seg_dir, base)), reason)
+        path = os.fspath(chunk_path(self.chunks.seg_dir, base))
+        for given_up in self.given_up:
+            if given_up.holds(start, end):
+                raise DataGivenUp(self.name, start, end, path, given_up.reason, given_up.given_up or "")
+        error = CorruptData(self.name, start, end, path, reason)
         if self._on_corrupt is not None:
             self._on_corrupt(error)
         raise error
