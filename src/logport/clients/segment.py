@@ -108,7 +108,8 @@ def reply_error(reply: sp.Message) -> errors.LogportError:
     if isinstance(reply, sp.AuthenticationFailed):
         return errors.AuthenticationError(f"segment server: {reply.message}")
     if isinstance(reply, sp.OperationFailed):  # a read of corrupt data on the hub names its range
-        corrupt = errors.CorruptData.from_message(reply.segment, reply.message)
+        corrupt = (errors.DataGivenUp.from_message(reply.segment, reply.message)
+                   or errors.CorruptData.from_message(reply.segment, reply.message))
         if corrupt is not None:
             return corrupt
     return SegmentRequestFailed(reply)
@@ -953,6 +954,9 @@ class SegmentReader:
                     await self._reconnect()
                     stitch.leftover = b""  # read again from the last whole frame
                     continue
+                except errors.DataGivenUp as e:
+                    stitch = await self._skip(e)
+                    continue
                 if stitch.read_at < end and not follow:
                     return
                 continue
@@ -965,6 +969,15 @@ class SegmentReader:
             except (ConnectionError, TimeoutError):
                 await self._reconnect()
                 stitch.leftover = b""
+            except errors.DataGivenUp as e:
+                stitch = await self._skip(e)
+
+    async def _skip(self, given_up: errors.DataGivenUp) -> _FrameStitcher:
+        """A range `logport verify --repair` gave up: said, and read on after it, on a new connection (the
+        reads asked for past it would answer out of step)."""
+        log.warning("%s", given_up)
+        await self._reconnect()
+        return _FrameStitcher(given_up.end)
 
     async def _frames_at_tail(self, segment: str, stitch: _FrameStitcher,
                               wait: float) -> AsyncIterator[list[tuple[int, int, memoryview]]]:

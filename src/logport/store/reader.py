@@ -6,6 +6,7 @@ a v1 chunk's last whole append), and every byte it hands out passed its checksum
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
@@ -13,11 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from logport.config import check_segment_name
-from logport.errors import NoSuchSegment, OffsetTruncated, StoreError
+from logport.errors import DataGivenUp, NoSuchSegment, OffsetTruncated, StoreError
 from logport.store import frames, groups, marks
-from logport.store.counting import count_events
+from logport.store.counting import (
+    count_events as count_events,  # where the readers of this module take it
+)
 from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState
 from logport.store.verified import VerifiedReads
+
+log = logging.getLogger("logport.store")
 
 READ_SIZE = 4 * 1024 * 1024
 HEADER_WINDOW = 256 * 1024  # bytes read at a time when only frame headers are wanted
@@ -42,6 +47,7 @@ class DirectoryReader:
         self._readers: dict[str, ChunkReader] = {}
         self._verified: dict[str, VerifiedReads] = {}
         self._tails: dict[str, _Tail] = {}
+        self._warned: set[tuple[str, int]] = set()  # given-up ranges skipped (and said) already
 
     def segment_names(self) -> list[str]:
         if not self.root.is_dir():
@@ -137,7 +143,14 @@ class DirectoryReader:
         read = verified.read_view  # views of what was checked: no copy
         offset = start
         while offset < end:
-            data = read(offset, read_size, end, whole=False)
+            try:
+                data = read(offset, read_size, end, whole=False)
+            except DataGivenUp as e:  # an operator gave the range up (`logport verify --repair`): skipped, said once
+                if (name, e.start) not in self._warned:
+                    self._warned.add((name, e.start))
+                    log.warning("%s", e)
+                offset = e.end
+                continue
             if not data:
                 return
             consumed = 0
@@ -215,14 +228,17 @@ class DirectoryReader:
                 return
             time.sleep(poll)
 
-    def describe(self, name: str) -> dict[str, Any]:
-        """A row of `logport segments`: offsets, bytes, events (entries of batches; 1 per opaque event)."""
-        start, end, sealed = self.bounds(name)
-        events = 0
-        for _, body in self.iter_events(name, start, end):
-            events += count_events(body)
-        return {"segment": name, "start_offset": start, "end_offset": end, "bytes": end - start,
-                "events": events, "sealed": sealed}
+    def describe(self, name: str, exact: bool = False) -> dict[str, Any]:
+        """A row of `logport segments` (store/summary.py): offsets, bytes, events (entries of batches; 1 per
+        opaque event), sealed, the corrupt ranges known or met, the ranges given up."""
+        from logport.store.summary import summarize
+
+        return summarize(self, name, exact=exact).row()
+
+    def verified(self, name: str) -> VerifiedReads:
+        """The segment's checked reads."""
+        self._reader(name)
+        return self._verified[name]
 
 
 def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
