@@ -88,7 +88,7 @@ class DirectoryReader:
         found = marks.load(seg_dir) if seg_dir.is_dir() else marks.Marks()  # first: each mark was true by then
         reader = self._reader(name, refresh=True)
         state = SegmentState.load(reader.seg_dir)
-        self._verified[name].given_up = state.given_up()
+        self._verified[name].recorded = state.corrupt
         if not reader.bases:
             return state.start_offset, state.start_offset, state.sealed
         start = max(state.start_offset, reader.bases[0])

@@ -220,7 +220,7 @@ class Segment:
         self.writer_state.load(layout.writers)
         self.reader = ChunkReader(self.dir)
         self.verified = VerifiedReads(self.name, self.reader, self._on_corrupt)
-        self.verified.given_up = self.state.given_up()
+        self.verified.recorded = self.state.corrupt
         self.chunk_writer = writer = ChunkWriter(self.dir, self.config, self.reader, self.files, self._on_fsync)
         self._sealed = {b: m for b, m in found.by_base.items() if b in bases and b != base}
         events = marks.count_layout(data, layout, point if point is not None and point.base == base else None)

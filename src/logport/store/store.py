@@ -19,7 +19,7 @@ from logport.errors import (
 )
 from logport.metrics import Metrics
 from logport.store import frames
-from logport.store.files import SEGMENTS_DIR
+from logport.store.files import SEGMENTS_DIR, CorruptRange
 from logport.store.lock import DataDirectoryLock
 from logport.store.segment import (
     AppendResult,
@@ -68,6 +68,7 @@ class SegmentStore:
         self._line_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._lock: DataDirectoryLock | None = None
+        self._corrupt_seen: set[str] = set()  # segments with a corrupt-groups series
 
     @classmethod
     async def open(cls, config: StoreConfig, metrics: Metrics | None = None) -> SegmentStore:
@@ -115,6 +116,19 @@ class SegmentStore:
         """Gauges read live from the segment whenever /metrics is scraped."""
         self.metrics.pending_bytes.labels(segment.name).set_function(lambda: segment.pending_bytes)
         self._update_gauges(segment)
+        self._update_corrupt(segment)
+
+    def _update_corrupt(self, segment: Segment) -> None:
+        """The corrupt-groups gauge (on open, and as truncation passes ranges); a segment whose state records no
+        corrupt range (found on open, or given up since) gets no series."""
+        known = segment.state.known_corrupt()
+        if segment.state.corrupt or segment.name in self._corrupt_seen:
+            self._corrupt_seen.add(segment.name)
+            self.metrics.corrupt_groups.labels(segment.name).set(sum(max(1, r.groups) for r in known))
+
+    def corrupt_segments(self) -> dict[str, list[CorruptRange]]:
+        """The segments holding corrupt ranges found on open and not given up (GET /ready says so)."""
+        return {name: known for name, segment in self._segments.items() if (known := segment.state.known_corrupt())}
 
     def _update_gauges(self, segment: Segment) -> None:
         info = segment.info()
@@ -310,6 +324,7 @@ class SegmentStore:
     async def truncate(self, name: str, offset: int) -> SegmentInfo:
         info = await self.segment(name).truncate(offset)
         self._update_gauges(self.segment(name))
+        self._update_corrupt(self.segment(name))
         return info
 
     async def enforce_retention(self) -> None:

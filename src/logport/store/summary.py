@@ -40,7 +40,7 @@ def summarize(reader: DirectoryReader, name: str, *, exact: bool = False) -> Seg
     found = marks.load(seg_dir) if not exact else marks.Marks()  # before the chunks are listed
     chunks = reader.chunk_reader(name)
     state = SegmentState.load(seg_dir)
-    reader.verified(name).given_up = state.given_up()
+    reader.verified(name).recorded = state.corrupt
     summary = SegmentSummary(name, state.start_offset, state.start_offset, 0, state.sealed)
     for bad in state.corrupt:
         entry = {"start": bad.start, "end": bad.end, "reason": bad.reason}

@@ -13,6 +13,7 @@ from logport.store import marks
 from logport.store.files import SEGMENTS_DIR, SegmentState, chunk_path, list_chunk_bases
 from logport.store.groups import VERSION, walk_chunk, why_the_data_ends
 from logport.store.reader import DirectoryReader
+from logport.store.verified import recorded_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +75,9 @@ def verify_segment(data_dir: str | Path, name: str,
         for bad in layout.corrupt:
             report.bad.append(BadRange(name, bad.start, bad.end, str(path), bad.reason))
         if i + 1 < len(bases) and layout.end != bases[i + 1] and bases[i + 1] > start:
-            report.bad.append(BadRange(name, layout.end, bases[i + 1], str(path),
-                                       f"the chunk's valid data ends at {layout.end}, but the next chunk starts at "
-                                       f"{bases[i + 1]}"))
+            report.bad.append(BadRange(name, layout.end, bases[i + 1], str(path), recorded_reason(
+                state.corrupt, layout.end, bases[i + 1],
+                f"the chunk's valid data ends at {layout.end}, but the next chunk starts at {bases[i + 1]}")))
     given_up = state.given_up()
     for found_bad in list(report.bad):
         if found_bad.end > found_bad.start and any(r.holds(found_bad.start, found_bad.end) for r in given_up):
