@@ -850,8 +850,13 @@ class SegmentReader:
         self._replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
 
     async def connect(self) -> SegmentReader:
-        self._replies = asyncio.Queue()
-        self._protocol = await _connect(self.host, self.port, self._replies.put_nowait, self._lost, ssl=self.ssl,
+        replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
+        self._replies = replies
+
+        def lost(exc: BaseException) -> None:  # into this connection's queue: a closed one's loss comes late
+            replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
+
+        self._protocol = await _connect(self.host, self.port, replies.put_nowait, lost, ssl=self.ssl,
                                         timeout=self.connect_timeout)
         if self.token:
             reply = await self._request(sp.Authenticate(self.token))
@@ -864,9 +869,6 @@ class SegmentReader:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _lost(self, exc: BaseException) -> None:
-        self._replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
 
     async def _receive(self) -> sp.Message:
         while True:

@@ -58,6 +58,8 @@ __all__ = ["AppendResult", "Buffer", "CheckedRead", "ReadResult", "Segment", "Se
 
 log = logging.getLogger("logport.store")
 
+_BACKFILL_PAUSE = 0.05  # seconds between two older chunks walked for their marks
+
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
@@ -140,13 +142,14 @@ class Segment:
         # of each chunk not marked sealed yet up to `end`, and, under fsync=interval, the active chunk's mark
         # as far as the last interval fsync made it durable
         self._sealed: dict[int, ChunkMark] = {}  # the chunks that take no more appends
-        self._saved_live: tuple[int, int] = (-1, -1)  # (base, end) of the active chunk's mark written last
+        self._saved_live: ChunkMark | None = None  # the active chunk's mark written last (its CRC read)
         self._events: dict[int, int] = {}
         self._synced: ChunkMark | None = None
         self._marks_lock = asyncio.Lock()
         self._marks_task: asyncio.Task[None] | None = None
         self._marks_again = False
         self._points_task: asyncio.Task[None] | None = None
+        self._backfill_task: asyncio.Task[None] | None = None
 
     # --- opening and recovery ---
 
@@ -255,7 +258,7 @@ class Segment:
             except OSError as e:  # a full disk, say: the recovery point stays where it was (lower: safe)
                 log.warning("recording the recovery point failed", extra={"segment": self.name, "error": str(e)})
         else:
-            self._saved_live = (live.base, live.end)
+            self._saved_live = kept
 
     def _record_corrupt(self, bad: CorruptRange) -> None:
         """Keep a corrupt range found on open in the segment's state (once)."""
@@ -274,6 +277,9 @@ class Segment:
             self._fsync_task = asyncio.get_running_loop().create_task(self._interval_fsync())
         if self.config.fsync != "never":
             self._points_task = loop.create_task(self._recovery_points(), name=f"recovery-point:{self.name}")
+        assert self.reader is not None
+        if any(b not in self._sealed for b in self.reader.bases[:-1]):
+            self._backfill_task = loop.create_task(self._mark_older_chunks(), name=f"marks:{self.name}")
         self._prepare_next()
 
     def _prepare_next(self) -> None:
@@ -495,12 +501,48 @@ class Segment:
             return self._live_mark()
         return self._synced if self.config.fsync == "interval" else None
 
+    async def _mark_older_chunks(self) -> None:
+        """Chunks written before the marks (or whose mark was lost), walked one at a time in the background and
+        marked, so that `logport segments` need not walk them again; one that fails its checks stays unmarked."""
+        assert self.reader is not None
+        loop = asyncio.get_running_loop()
+        bases = self.reader.bases
+        marked = 0
+        for base, following in zip(bases[:-1], bases[1:], strict=True):
+            if self._closing:
+                return
+            if base in self._sealed or base < self.state.start_offset:
+                continue
+            try:
+                mark = await loop.run_in_executor(None, self._walk_for_mark, base, following)
+            except OSError:  # retention dropped it meanwhile, say
+                continue
+            if mark is not None:
+                self._sealed[base] = mark
+                marked += 1
+            await asyncio.sleep(_BACKFILL_PAUSE)  # behind the appends
+        if marked:
+            self._save_marks_soon()
+
+    def _walk_for_mark(self, base: int, following: int) -> ChunkMark | None:
+        path = chunk_path(self.dir, base)
+        with open(path, "rb") as f:
+            if groups.chunk_version(f.read(groups.CHUNK_HEADER_SIZE + COMMIT_SIZE), base) != VERSION:
+                return None  # v1 (no checksums to mark by) or a damaged head: counted by walking
+        data = path.read_bytes()
+        layout = walk_chunk(data, base)
+        if layout.version != VERSION or layout.corrupt or layout.end != following:
+            return None
+        return marks.mark_of(layout, marks.count_layout(data, layout), marks.SEALED)
+
     async def _recovery_points(self) -> None:
         """At most every store.recovery_point_interval seconds, record the recovery point if it moved."""
         while not self._closing:
             await asyncio.sleep(self.config.recovery_point_interval)
             mark = self._durable_mark()
-            if mark is not None and (mark.base, mark.end) != self._saved_live and not self._closing:
+            saved = self._saved_live
+            if mark is not None and (saved is None or (mark.base, mark.end) != (saved.base, saved.end)) \
+                    and not self._closing:
                 self._save_marks_soon()
 
     def _save_marks_soon(self) -> None:
@@ -524,10 +566,15 @@ class Segment:
 
     def _write_marks(self, sealed: list[ChunkMark], live: ChunkMark | None) -> None:
         """In a worker thread (or while opening, or on close): the marks of the chunks still there, their
-        CRCs read from the chunks, written; the sealed ones kept with their CRCs."""
+        CRCs read from the chunks, written; the sealed ones kept with their CRCs. Without a `live` mark (its
+        durable end not known since: fsync=never, or interval before its first fsync) the last one written
+        stays, unless its chunk is sealed since."""
         assert self.reader is not None
         first = self.reader.bases[0] if self.reader.bases else 0
         done: list[ChunkMark] = []
+        saved = self._saved_live
+        if live is None and saved is not None and not any(m.base == saved.base for m in sealed):
+            live = saved
         for mark in [*sealed, *([live] if live is not None else [])]:
             if mark.base < first:
                 continue  # retention dropped it
@@ -541,8 +588,8 @@ class Segment:
                 self._sealed[mark.base] = mark  # a dict item replaced: safe beside the loop's additions
         for base in [b for b in list(self._sealed) if b < first]:
             self._sealed.pop(base, None)
-        if live is not None:
-            self._saved_live = (live.base, live.end)
+        self._saved_live = next((m for m in done if live is not None and m.base == live.base and not m.sealed),
+                                self._saved_live)
 
     def _pread_chunk(self, base: int) -> Callable[[int, int], bytes]:
         path = chunk_path(self.dir, base)
@@ -750,7 +797,7 @@ class Segment:
         self._tail.set()
         if self._task is not None:
             await self._task
-        for task in (self._fsync_task, self._points_task):
+        for task in (self._fsync_task, self._points_task, self._backfill_task):
             if task is not None:
                 task.cancel()
         if self._marks_task is not None:
