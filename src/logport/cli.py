@@ -37,6 +37,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
+    "segments": ("1-2 min, and the first run makes its data directory", "--gib of disk under --dir (10 by default)"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),
 }

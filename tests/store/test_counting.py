@@ -63,6 +63,8 @@ def test_the_c_scan_is_its_python_reference(framed: list[tuple[int, bytes]], tor
     data = b"".join(frames.frame(body, frame_type) for frame_type, body in framed)
     data = data[: max(0, len(data) - torn)]  # a torn last frame counts nothing
     assert counting.scan_frames(data) == scan_frames_in_python(data)
+    for pos in {0, *(o for o, _, _ in frames.iter_frames(data))}:
+        assert frames.next_record(data, pos) == frames.next_record_in_python(data, pos)
     expected = sum(count_events(frames_body) for _, t, frames_body in frames.iter_frames(data) if t == frames.EVENT)
     assert count_frames(data) == expected
     assert count_frames(memoryview(bytearray(data))) == expected
@@ -70,6 +72,7 @@ def test_the_c_scan_is_its_python_reference(framed: list[tuple[int, bytes]], tor
 
 def test_the_c_scan_is_built() -> None:
     assert counting.scan_frames is not scan_frames_in_python, "store/_eventscan.c was not built (make setup)"
+    assert frames.next_record is not frames.next_record_in_python
 
 
 @pytest.mark.parametrize("cut", ["one buffer", "header and body", "other"])
@@ -84,3 +87,33 @@ def test_an_appends_buffers_count_as_their_frames(cut: str) -> None:
         whole = b"".join(h + b for h, b in zip(framed, bodies_, strict=True))
         parts = [whole[:3], whole[3:20], whole[20:]]
     assert count_parts(parts) == 3 + 1 + 1 + 0
+
+
+# whole frames of the types a commit group holds (writer records covering what follows, or not, and a table)
+_group_frames = st.one_of(
+    st.binary(max_size=12).map(frames.frame),
+    st.tuples(st.binary(max_size=4), st.integers(0, 2**64 - 1), st.sampled_from([0, 9, 10, 18, 19, 20, 36, 40])).map(
+        lambda t: frames.writer_record(*t)),
+    st.dictionaries(st.binary(max_size=4), st.integers(0, 2**64 - 1), max_size=2).map(frames.writer_table),
+    st.binary(max_size=12).map(lambda b: frames.frame(b, frames.WRITER_RECORD)),  # a record that does not parse
+    st.binary(max_size=12).map(lambda b: frames.frame(b, frames.COMMIT)),
+)
+
+
+@given(st.lists(_group_frames, max_size=10).map(b"".join), st.integers(0, 6), st.booleans())
+def test_a_groups_frames_walked_by_runs_are_walked_as_frame_by_frame(group: bytes, torn: int, table_first: bool) -> None:
+    """frames.scan_run (runs of Events in C, records in Python) leaves the scan as `add` on every frame does."""
+    if table_first:
+        group = frames.writer_table({b"k": 1}) + group
+    group = group[: max(0, len(group) - torn)]
+    fast, slow = frames.ChunkScan(), frames.ChunkScan()
+    fast.writers = {b"before": 1}
+    slow.writers = {b"before": 1}
+    went = frames.scan_run(group, fast)
+    slow_went = True
+    for offset, frame_type, body in frames.iter_frames(group):
+        if not slow.add(offset, frame_type, len(body), body):
+            slow_went = False
+            break
+    assert (went, fast.keep, fast.writers, fast.broken, fast.pending_start) == (
+        slow_went, slow.keep, slow.writers, slow.broken, slow.pending_start)

@@ -7,6 +7,10 @@
  * type, a 4-byte big-endian length, the body), the Event frames (type 0) whose body's first byte opens no
  * msgpack array (opaque: one event each), the (offset, length) of every other Event body (a batch, maybe:
  * counted in Python), and where the whole frames end.
+ *
+ * next_record(data, pos) -> (offset, found): from `pos` (a frame's start), the first whole frame that is no
+ * Event (a store record: found), else where the whole frames end: frames.ChunkScan walks a group's records in
+ * Python and the runs of Events between them here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -59,9 +63,44 @@ static PyObject *scan_frames(PyObject *module, PyObject *arg) {
     return result;
 }
 
+static PyObject *next_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "next_record(data, pos)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (pos < 0 || pos > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "next_record: pos must lie within the buffer");
+        return NULL;
+    }
+    const unsigned char *p = view.buf;
+    Py_ssize_t end = view.len;
+    int found = 0;
+    while (end - pos >= HEADER_SIZE) {
+        Py_ssize_t length = (Py_ssize_t)be32(p + pos + 4);
+        if (length > end - pos - HEADER_SIZE)
+            break;
+        if (be32(p + pos) != 0) {
+            found = 1;
+            break;
+        }
+        pos += HEADER_SIZE + length;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nO)", pos, found ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"scan_frames", scan_frames, METH_O,
      "scan_frames(data) -> (opaque Event frames, [(offset, length) of the other Event bodies], end of the whole frames)"},
+    {"next_record", (PyCFunction)(void (*)(void))next_record, METH_FASTCALL,
+     "next_record(data, pos) -> (offset, found): the first whole frame from pos that is no Event, else the end of the whole frames"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -119,11 +119,16 @@ except ImportError:  # built without a C compiler: the same walk in Python (slow
 
 def count_frames(data: Buffer) -> int:
     """Events in the whole frames of `data` (store records, and a torn frame at its end, count nothing)."""
-    plain, others, _ = scan_frames(data)
+    return count_whole_frames(data)[0]
+
+
+def count_whole_frames(data: Buffer) -> tuple[int, int]:
+    """(events in the whole frames of `data`, where those frames end)."""
+    plain, others, end = scan_frames(data)
     if not others:
-        return plain
+        return plain, end
     view = memoryview(data)
-    return plain + sum(count_body(view[at : at + length]) for at, length in others)
+    return plain + sum(count_body(view[at : at + length]) for at, length in others), end
 
 
 def count_parts(parts: Sequence[Buffer]) -> int:

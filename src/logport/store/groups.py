@@ -230,12 +230,11 @@ def _scan_group(group: memoryview, scan: frames.ChunkScan) -> bool:
     """Feed a group's frames to `scan` (offsets from the group's start: a writer table comes first in
     a chunk's head group); whether they are whole frames in the layout the store writes. The writer
     state is updated in place: a group that fails this passed its checksum, so it is the store's bug or
-    a forgery, and the chunk is reported corrupt either way."""
+    a forgery, and the chunk is reported corrupt either way. The runs of Event frames between the store's
+    records are walked in C (a block of small events a frame at a time in Python was most of a reader's
+    time: 4.9 M frames of 100 bytes, 44 of 55 s)."""
     scan.restart()
-    for offset, frame_type, body in frames.iter_frames(group):
-        if not scan.add(offset, frame_type, len(body), body):
-            return False
-    return scan.keep == len(group)
+    return frames.scan_run(group, scan) and scan.keep == len(group)
 
 
 def _chunk_header_crc(data: Buffer) -> int:

@@ -155,12 +155,12 @@ def _count_exact(reader: DirectoryReader, name: str, start: int, end: int, summa
             continue
         if not data:
             break
-        whole = frames.complete_prefix(data)
+        counted, whole = counting.count_whole_frames(data)
         if whole == 0:  # one frame longer than the read
             _, length = frames.HEADER.unpack_from(verified.read_view(offset, frames.HEADER_SIZE, end), 0)
             data = verified.read_view(offset, frames.HEADER_SIZE + length, end)
-            whole = len(data)
-        events += counting.count_frames(memoryview(data)[:whole])
+            counted, whole = counting.count_whole_frames(data)
+        events += counted
         offset += whole
     return events
 
