@@ -306,6 +306,7 @@ def cmd_cat(args: argparse.Namespace) -> int:
                                                timeout=flags.retry_for(args), ssl=flags.tls_context(args)))
         from logport.store.reader import DirectoryReader
 
+        _log_to_stderr("logport cat")  # a range given up (`logport verify --repair`) is skipped with a warning
         data_dir = _data_dir(args)
         reader = DirectoryReader(data_dir)
         try:  # its chunk files are closed on every way out (main() also runs in-process: tests, scripts)

@@ -63,6 +63,9 @@ def test_the_c_scan_is_its_python_reference(framed: list[tuple[int, bytes]], tor
     data = b"".join(frames.frame(body, frame_type) for frame_type, body in framed)
     data = data[: max(0, len(data) - torn)]  # a torn last frame counts nothing
     assert counting.scan_frames(data) == scan_frames_in_python(data)
+    pairs = [x for frame_type, body in framed for x in (frames.HEADER.pack(frame_type, len(body)), body)]
+    for parts in ([data], pairs, pairs[:-1], [data[:3], data[3:]]):
+        assert counting.scan_parts(parts) == counting.scan_parts_in_python(parts)
     for pos in {0, *(o for o, _, _ in frames.iter_frames(data))}:
         assert frames.next_record(data, pos) == frames.next_record_in_python(data, pos)
     expected = sum(count_events(frames_body) for _, t, frames_body in frames.iter_frames(data) if t == frames.EVENT)
@@ -87,6 +90,7 @@ def test_an_appends_buffers_count_as_their_frames(cut: str) -> None:
         whole = b"".join(h + b for h, b in zip(framed, bodies_, strict=True))
         parts = [whole[:3], whole[3:20], whole[20:]]
     assert count_parts(parts) == 3 + 1 + 1 + 0
+    assert counting.scan_parts(parts) == counting.scan_parts_in_python(parts)
 
 
 # whole frames of the types a commit group holds (writer records covering what follows, or not, and a table)

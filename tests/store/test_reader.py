@@ -84,7 +84,8 @@ def test_a_torn_multi_frame_append_is_not_read_before_recovery_cuts_it(tmp_path:
         assert reader.bounds("s") == (0, first, False)
         assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a"]
         assert DirectoryReader(tmp_path).describe("s") == {
-            "segment": "s", "start_offset": 0, "end_offset": first, "bytes": first, "events": 1, "sealed": False}
+            "segment": "s", "start_offset": 0, "end_offset": first, "bytes": first, "events": 1, "sealed": False,
+            "corrupt": [], "given_up": []}
     path.write_bytes(whole)  # the rest of the append arrives
     assert reader.bounds("s")[1] == last
     assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"b" * 10, b"c" * 10, b"d" * 10]

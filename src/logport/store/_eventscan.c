@@ -8,6 +8,8 @@
  * msgpack array (opaque: one event each), the (offset, length) of every other Event body (a batch, maybe:
  * counted in Python), and where the whole frames end.
  *
+ * scan_parts(parts): scan_frames over an append's buffers, as the store holds them.
+ *
  * next_record(data, pos) -> (offset, found): from `pos` (a frame's start), the first whole frame that is no
  * Event (a store record: found), else where the whole frames end: frames.ChunkScan walks a group's records in
  * Python and the runs of Events between them here.
@@ -63,6 +65,87 @@ static PyObject *scan_frames(PyObject *module, PyObject *arg) {
     return result;
 }
 
+/* scan_parts(parts) -> (plain, others) | None: scan_frames over an append's buffers: one buffer of frames, or
+ * a header then a body per frame (SegmentStore.append's); `others` as (buffer index, offset, length). None for
+ * any other cut (the caller joins the buffers). */
+static PyObject *scan_parts(PyObject *module, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "scan_parts: a list of buffers");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *result = NULL;
+    if (n == 1) {
+        PyObject *scanned = scan_frames(module, items[0]);
+        if (scanned != NULL) {
+            PyObject *others = PyTuple_GET_ITEM(scanned, 1);
+            Py_ssize_t count = PyList_GET_SIZE(others);
+            for (Py_ssize_t i = 0; i < count; i++) {  /* (offset, length) -> (0, offset, length) */
+                PyObject *item = PyList_GET_ITEM(others, i);
+                PyObject *moved = Py_BuildValue("(nOO)", (Py_ssize_t)0, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1));
+                if (moved == NULL) {
+                    Py_DECREF(scanned);
+                    Py_DECREF(seq);
+                    return NULL;
+                }
+                PyList_SET_ITEM(others, i, moved);
+                Py_DECREF(item);
+            }
+            result = Py_BuildValue("(OO)", PyTuple_GET_ITEM(scanned, 0), others);
+            Py_DECREF(scanned);
+        }
+        Py_DECREF(seq);
+        return result;
+    }
+    PyObject *others = PyList_New(0);
+    if (others == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    long long plain = 0;
+    int cut = n % 2;
+    for (Py_ssize_t i = 0; i + 1 < n && !cut; i += 2) {
+        Py_buffer head, body;
+        if (PyObject_GetBuffer(items[i], &head, PyBUF_SIMPLE) < 0)
+            goto fail;
+        if (PyObject_GetBuffer(items[i + 1], &body, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&head);
+            goto fail;
+        }
+        const unsigned char *h = head.buf, *b = body.buf;
+        if (head.len != HEADER_SIZE || (Py_ssize_t)be32(h + 4) != body.len) {
+            cut = 1;
+        } else if (be32(h) == 0) {
+            if (body.len && array_head(b[0])) {
+                PyObject *item = Py_BuildValue("(nnn)", i + 1, (Py_ssize_t)0, body.len);
+                if (item == NULL || PyList_Append(others, item) < 0) {
+                    Py_XDECREF(item);
+                    PyBuffer_Release(&head);
+                    PyBuffer_Release(&body);
+                    goto fail;
+                }
+                Py_DECREF(item);
+            } else {
+                plain++;
+            }
+        }
+        PyBuffer_Release(&head);
+        PyBuffer_Release(&body);
+    }
+    Py_DECREF(seq);
+    if (cut) {
+        Py_DECREF(others);
+        Py_RETURN_NONE;
+    }
+    result = Py_BuildValue("(LO)", plain, others);
+    Py_DECREF(others);
+    return result;
+fail:
+    Py_DECREF(others);
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyObject *next_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "next_record(data, pos)");
@@ -99,6 +182,8 @@ static PyObject *next_record(PyObject *module, PyObject *const *args, Py_ssize_t
 static PyMethodDef methods[] = {
     {"scan_frames", scan_frames, METH_O,
      "scan_frames(data) -> (opaque Event frames, [(offset, length) of the other Event bodies], end of the whole frames)"},
+    {"scan_parts", scan_parts, METH_O,
+     "scan_parts(parts) -> (opaque Event frames, [(buffer, offset, length) of the other Event bodies]) | None"},
     {"next_record", (PyCFunction)(void (*)(void))next_record, METH_FASTCALL,
      "next_record(data, pos) -> (offset, found): the first whole frame from pos that is no Event, else the end of the whole frames"},
     {NULL, NULL, 0, NULL},

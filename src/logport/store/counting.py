@@ -8,7 +8,6 @@ keeps these counts per chunk (store/marks.py), so that `logport segments` need n
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Final
 
 import msgpack
@@ -131,23 +130,41 @@ def count_whole_frames(data: Buffer) -> tuple[int, int]:
     return plain + sum(count_body(view[at : at + length]) for at, length in others), end
 
 
-def count_parts(parts: Sequence[Buffer]) -> int:
+def scan_parts_in_python(parts: list[Buffer]) -> tuple[int, list[tuple[int, int, int]]] | None:
+    """The reference of `_eventscan.scan_parts`: scan_frames over an append's buffers, one buffer of frames or a
+    header then a body per frame (`others` as (buffer index, offset, length)); None for any other cut."""
+    if len(parts) == 1:
+        plain, found, _ = scan_frames_in_python(parts[0])
+        return plain, [(0, at, length) for at, length in found]
+    if len(parts) % 2:
+        return None
+    plain = 0
+    others: list[tuple[int, int, int]] = []
+    for i in range(0, len(parts), 2):
+        head, body = parts[i], parts[i + 1]
+        if len(head) != frames.HEADER_SIZE or frames.HEADER.unpack_from(head, 0)[1] != len(body):
+            return None
+        if frames.HEADER.unpack_from(head, 0)[0] == frames.EVENT:
+            if len(body) and body[0] in ARRAY_HEADS:
+                others.append((i + 1, 0, len(body)))
+            else:
+                plain += 1
+    return plain, others
+
+
+try:
+    from logport.store._eventscan import scan_parts
+except ImportError:
+    scan_parts = scan_parts_in_python
+
+
+def count_parts(parts: list[Buffer]) -> int:
     """Events in an append's whole frames given as buffers: one buffer of frames, or a header then a body
     per frame (SegmentStore.append); any other cut is joined first (a copy)."""
-    if len(parts) == 1:
-        return count_frames(parts[0])
-    events = 0
-    i = 0
-    n = len(parts)
-    while i < n:
-        head = parts[i]
-        if len(head) != frames.HEADER_SIZE or i + 1 == n:
-            return count_frames(b"".join(parts))
-        frame_type, length = frames.HEADER.unpack_from(head, 0)
-        body = parts[i + 1]
-        if len(body) != length:
-            return count_frames(b"".join(parts))
-        if frame_type == frames.EVENT:
-            events += count_body(body)
-        i += 2
-    return events
+    scanned = scan_parts(parts)
+    if scanned is None:
+        return count_frames(b"".join(parts))
+    plain, others = scanned
+    if not others:
+        return plain
+    return plain + sum(count_body(memoryview(parts[i])[at : at + length]) for i, at, length in others)
