@@ -145,7 +145,6 @@ class Segment:
         self._saved_live: ChunkMark | None = None  # the active chunk's mark written last (its CRC read)
         self._events: dict[int, int] = {}
         self._synced: ChunkMark | None = None
-        self._marks_lock = asyncio.Lock()
         self._marks_task: asyncio.Task[None] | None = None
         self._marks_again = False
         self._points_task: asyncio.Task[None] | None = None
@@ -254,7 +253,7 @@ class Segment:
         kept = found.by_base.get(live.base)
         if kept is None or kept.end != live.end or quarantined is not None or found.error:
             try:
-                self._write_marks(list(self._sealed.values()), live)
+                self._wrote_marks(self._write_marks(list(self._sealed.values()), live), live)
             except OSError as e:  # a full disk, say: the recovery point stays where it was (lower: safe)
                 log.warning("recording the recovery point failed", extra={"segment": self.name, "error": str(e)})
         else:
@@ -558,17 +557,19 @@ class Segment:
             self._marks_again = False
             live = self._durable_mark()
             try:
-                await loop.run_in_executor(None, self._write_marks, list(self._sealed.values()), live)
+                written = await loop.run_in_executor(None, self._write_marks, list(self._sealed.values()), live)
             except OSError as e:  # a full disk, say: the recovery point stays where it was (lower: safe)
                 log.warning("recording the recovery point failed", extra={"segment": self.name, "error": str(e)})
+            else:
+                self._wrote_marks(written, live)
             if not self._marks_again or self._closing:
                 return
 
-    def _write_marks(self, sealed: list[ChunkMark], live: ChunkMark | None) -> None:
+    def _write_marks(self, sealed: list[ChunkMark], live: ChunkMark | None) -> list[ChunkMark]:
         """In a worker thread (or while opening, or on close): the marks of the chunks still there, their
-        CRCs read from the chunks, written; the sealed ones kept with their CRCs. Without a `live` mark (its
-        durable end not known since: fsync=never, or interval before its first fsync) the last one written
-        stays, unless its chunk is sealed since."""
+        CRCs read from the chunks, written; what was written. Without a `live` mark (its durable end not
+        known since: fsync=never, or interval before its first fsync) the last one written stays, unless its
+        chunk is sealed since."""
         assert self.reader is not None
         first = self.reader.bases[0] if self.reader.bases else 0
         done: list[ChunkMark] = []
@@ -583,13 +584,19 @@ class Segment:
             except FileNotFoundError:
                 continue
         marks.save(self.dir, done)
-        for mark in done:
+        return done
+
+    def _wrote_marks(self, written: list[ChunkMark], live: ChunkMark | None) -> None:
+        """The sealed marks kept with their CRCs (those of chunks dropped meanwhile forgotten), and the active
+        chunk's mark as written."""
+        first = min((m.base for m in written), default=0)
+        for mark in written:
             if mark.sealed and mark.base in self._sealed:
-                self._sealed[mark.base] = mark  # a dict item replaced: safe beside the loop's additions
-        for base in [b for b in list(self._sealed) if b < first]:
-            self._sealed.pop(base, None)
-        self._saved_live = next((m for m in done if live is not None and m.base == live.base and not m.sealed),
-                                self._saved_live)
+                self._sealed[mark.base] = mark
+            elif live is not None and mark.base == live.base:
+                self._saved_live = mark
+        for base in [b for b in self._sealed if b < first]:
+            del self._sealed[base]
 
     def _pread_chunk(self, base: int) -> Callable[[int, int], bytes]:
         path = chunk_path(self.dir, base)
