@@ -181,9 +181,9 @@ class StoreWriteFailed(StoreError):
 class CorruptData(StoreError):
     """Stored bytes that fail their checksum (or a v2 chunk's layout): never served as events."""
 
-    def __init__(self, name: str, start: int, end: int, path: str, reason: str) -> None:
-        super().__init__(f"segment {name!r}: bytes {start}..{end} of {path} are corrupt ({reason}); "
-                         f"nothing of that range is served (logport verify reports every such range)")
+    def __init__(self, name: str, start: int, end: int, path: str, reason: str, message: str = "") -> None:
+        super().__init__(message or f"segment {name!r}: bytes {start}..{end} of {path} are corrupt ({reason}); "
+                                    f"nothing of that range is served (logport verify reports every such range)")
         self.name = name
         self.start = start
         self.end = end
@@ -207,13 +207,8 @@ class DataGivenUp(CorruptData):
     skips the range with a warning and goes on at `end`; a reader that does not know this refuses it as corrupt."""
 
     def __init__(self, name: str, start: int, end: int, path: str, reason: str, when: str) -> None:
-        StoreError.__init__(self, f"segment {name!r}: bytes {start}..{end} of {path} were given up at {when} "
-                                  f"by logport verify --repair ({reason}); skipped")
-        self.name = name
-        self.start = start
-        self.end = end
-        self.path = path
-        self.reason = reason
+        super().__init__(name, start, end, path, reason, f"segment {name!r}: bytes {start}..{end} of {path} were "
+                                                         f"given up at {when} by logport verify --repair ({reason}); skipped")
         self.when = when
 
     @classmethod

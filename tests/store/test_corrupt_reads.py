@@ -10,26 +10,35 @@ from pathlib import Path
 import pytest
 
 from logport.clients.segment import BlockingSegmentClient
+from logport.config import Config
 from logport.errors import CorruptData
 from logport.store.files import SEGMENTS_DIR, chunk_path
-from logport.store.groups import COMMIT_SIZE, walk_chunk
+from logport.store.groups import COMMIT_SIZE, ChunkLayout, walk_chunk
 from tests.support import hub_config, running_hub
 
 BODIES = [f"event {i:03d} ".encode() * 8 for i in range(30)]
 
 
-async def test_the_segment_listener_refuses_a_corrupt_range_and_serves_the_rest(tmp_path: Path) -> None:
-    config = hub_config(tmp_path / "data", ["segment"])
+async def stored_then_damaged(config: Config, event: int) -> tuple[Path, ChunkLayout, int, int]:
+    """BODIES stored through a hub, one append each, which stops; then a bit of event `event` flipped: (the chunk
+    file, its layout before, the range of the damaged group)."""
     async with running_hub(config) as hub:
         assert hub.runtime is not None
         for body in BODIES:
             await hub.runtime.store.append("s", [body])
-    path = chunk_path(tmp_path / "data" / SEGMENTS_DIR / "s", 0)
+    path = chunk_path(Path(config.store.data_dir) / SEGMENTS_DIR / "s", 0)
     layout = walk_chunk(path.read_bytes(), 0)
-    bad_start, bad_end = layout.groups[10], layout.groups[11]
+    start = layout.groups[event]
+    end = layout.groups[event + 1] if event + 1 < len(layout.groups) else layout.end
     data = bytearray(path.read_bytes())
-    data[bad_start + COMMIT_SIZE + 12] ^= 0x10  # a bit of the 11th event
+    data[start + COMMIT_SIZE + 12] ^= 0x10
     path.write_bytes(bytes(data))
+    return path, layout, start, end
+
+
+async def test_the_segment_listener_refuses_a_corrupt_range_and_serves_the_rest(tmp_path: Path) -> None:
+    config = hub_config(tmp_path / "data", ["segment"])
+    path, layout, bad_start, bad_end = await stored_then_damaged(config, 10)  # a bit of the 11th event
 
     async with running_hub(config) as hub:
         assert hub.runtime is not None
@@ -61,16 +70,7 @@ async def test_the_listener_refuses_a_range_kept_below_the_recovery_point_then_s
     from logport.store.repair import give_up
 
     config = hub_config(tmp_path / "data", ["segment"])
-    async with running_hub(config) as hub:
-        assert hub.runtime is not None
-        for body in BODIES:
-            await hub.runtime.store.append("s", [body])
-    path = chunk_path(tmp_path / "data" / SEGMENTS_DIR / "s", 0)
-    layout = walk_chunk(path.read_bytes(), 0)
-    bad_start, bad_end = layout.groups[-1], layout.end
-    data = bytearray(path.read_bytes())
-    data[bad_start + COMMIT_SIZE + 12] ^= 0x10  # a bit of the last event
-    path.write_bytes(bytes(data))
+    path, _, bad_start, bad_end = await stored_then_damaged(config, len(BODIES) - 1)  # a bit of the last event
 
     async def read_all() -> list[bytes]:
         reader = SegmentReader("127.0.0.1", config.segment.port)

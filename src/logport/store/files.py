@@ -64,6 +64,21 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         raise OSError(err, f"sync_file_range: {os.strerror(err)}")
 
 
+def replace_durably(path: Path, data: bytes) -> None:
+    """Write `path.tmp`, fdatasync it, rename it over `path`: after a crash `path` holds the old bytes or these,
+    never a part (the rename is durable once the directory is synced, which the caller does if it must)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 @dataclass
 class CorruptRange:
     """Stored bytes the store knows to be corrupt (found on open), or that an operator gave up
@@ -97,15 +112,9 @@ class SegmentState:
                    corrupt=[CorruptRange(**r) for r in raw.get("corrupt", [])])
 
     def save(self, seg_dir: Path) -> None:
-        """Atomically: write a temporary file, fsync it, rename it over, fsync the directory. Ranges that
-        truncation passed are forgotten."""
+        """Atomically (replace_durably), the directory synced too. Ranges that truncation passed are forgotten."""
         self.corrupt = [r for r in self.corrupt if r.end > self.start_offset]
-        tmp = seg_dir / (STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(asdict(self), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, seg_dir / STATE_FILE)
+        replace_durably(seg_dir / STATE_FILE, json.dumps(asdict(self)).encode())
         fsync_dir(seg_dir)
 
     def given_up(self) -> list[CorruptRange]:

@@ -20,7 +20,6 @@ most every store.recovery_point_interval seconds while the segment grows: never 
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,7 @@ from typing import Final
 from crc32c import crc32c
 
 from logport.store import counting, groups
+from logport.store.files import replace_durably
 
 MARKS_FILE: Final = "marks"
 _TMP: Final = "marks.tmp"
@@ -100,15 +100,7 @@ def save(seg_dir: Path, marks: Iterable[ChunkMark]) -> None:
         body.append(_MARK.pack(m.base, m.end, m.last_group, m.last_crc, m.groups, m.flags,
                                min(max(m.events, _I64[0]), _I64[1])))
     data = b"".join(body)
-    data += _U32.pack(crc32c(data))
-    tmp = seg_dir / _TMP
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, seg_dir / MARKS_FILE)
+    replace_durably(seg_dir / MARKS_FILE, data + _U32.pack(crc32c(data)))
 
 
 def clear_leftovers(seg_dir: Path) -> None:
