@@ -35,6 +35,7 @@ class _Tail:
     layout: groups.ChunkLayout
     scan: frames.ChunkScan = field(default_factory=frames.ChunkScan)
     last_head: bytes = b""  # the head of the last group walked (its COMMIT frame), as it was read
+    point: int = 0  # the recovery point, when the valid data ends below it: the end, the rest refused as corrupt
 
     def head_position(self) -> int:
         layout = self.layout
@@ -114,16 +115,18 @@ class DirectoryReader:
         else:
             verified.follow_last(tail.layout, tail.scan, size)
         tail.last_head = self._head(reader, tail)
+        layout = tail.layout
         point = found.recovery_point(reader.bases[0]) if found is not None else None
-        if point is not None and point.base >= base and point.end > tail.layout.end:
-            layout = tail.layout
-            why = (groups.why_the_data_ends(reader.pread(layout.end, base + size - layout.end, base + size), layout)
-                   if point.base == base else f"the chunk file of offset {point.base} is missing")
-            bad = marks.below_recovery_point(layout, point, why)
-            assert bad is not None
-            layout.corrupt.append(bad)  # refused by every read of it, and the walk goes on from the point
-            layout.end, layout.last_crc = point.end, point.last_crc
-        return tail.layout.end
+        if point is not None and point.base >= base and point.end > layout.end:
+            if not any(c.start == layout.end and c.end == point.end for c in layout.corrupt):
+                why = (groups.why_the_data_ends(reader.pread(layout.end, base + size - layout.end, base + size),
+                                                layout)
+                       if point.base == base else f"the chunk file of offset {point.base} is missing")
+                bad = marks.below_recovery_point(layout, point, why)
+                assert bad is not None
+                layout.corrupt.append(bad)  # every read of it refused; the layout's groups end where they do
+            tail.point = point.end
+        return max(layout.end, tail.point)
 
     @staticmethod
     def _head(reader: ChunkReader, tail: _Tail) -> bytes:
