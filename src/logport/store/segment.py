@@ -240,7 +240,7 @@ class Segment:
             writer.roll(layout.end, dict(layout.writers), known=layout.end == base)
         else:
             writer.resume(layout)
-            if layout.end > durable:  # recovered from the page cache after a crash, perhaps: durable from now on
+            if layout.end > durable and not create:  # recovered from the page cache after a crash, perhaps
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 try:
                     os.fdatasync(fd)
