@@ -53,6 +53,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "logs": ("4-8 min", "Java for PySpark (`make java`); the test corpus (tests/spark/logcorpus.py)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "segment": ("2-4 min", "nothing more"),
+    "segments": ("1-2 min, and the first run makes its data directory", "--gib of disk under --dir (10 by default)"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),
     "ui": ("30-60 min to write the 10 M lake, then 2 min", "Java for the pipeline (`make java`), a few GiB under --dir"),
@@ -138,9 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", help="address every listener and the metrics endpoint bind to")
     p.set_defaults(func=cmd_serve)
 
-    p = add_parser("segments", help="list segments: name, offsets, bytes, events, sealed")
+    p = add_parser("segments", help="list segments: name, offsets, bytes, events, sealed, corrupt ranges")
     _add_store_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per segment")
+    p.add_argument("--exact", action="store_true",
+                   help="read and count every event (default: the counts the store keeps per chunk, checked "
+                        "against the chunks, and the events written since)")
     p.set_defaults(func=cmd_segments)
 
     p = add_parser("cat", help="print a segment's events as JSON lines")
@@ -158,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_args(p)
     p.add_argument("segments", nargs="*", metavar="SEGMENT", help="segments to check (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object per segment, with its bad ranges")
+    p.add_argument("--repair", action="store_true",
+                   help="give up the corrupt ranges of the named SEGMENTs: recorded in each segment's state, reads "
+                        "skip them with a warning from then on (the hub must be stopped)")
     p.set_defaults(func=cmd_verify)
 
     p = add_parser("send", help="send JSON lines from stdin with one of the protocols")
@@ -250,6 +257,8 @@ def _data_dir(args: argparse.Namespace) -> str:
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
+    """`logport segments`: a row per segment as soon as it is counted (from the store's chunk marks, in time
+    independent of the data's size; `--exact`: every event read), its corrupt ranges after the table."""
     import orjson
 
     from logport.store.identity import read_hub_identity
@@ -257,26 +266,39 @@ def cmd_segments(args: argparse.Namespace) -> int:
 
     data_dir = _data_dir(args)
     reader = DirectoryReader(data_dir)
-    rows = [reader.describe(name) for name in reader.segment_names()]
     hub = read_hub_identity(data_dir)  # the hub's stable identity: made on its first start
-    lags = output_lags(_config(args), reader) if args.config else []
+    names = reader.segment_names()
     if args.json:
-        for row in rows:
-            sys.stdout.write(orjson.dumps({**row, "hub": hub}).decode() + "\n")
-        for row in lags:
+        for name in names:
+            sys.stdout.write(orjson.dumps({**reader.describe(name, exact=args.exact), "hub": hub}).decode() + "\n")
+            sys.stdout.flush()
+        for row in output_lags(_config(args), reader) if args.config else []:
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         return 0
-    header = ("SEGMENT", "START", "END", "BYTES", "EVENTS", "SEALED")
-    table = [header] + [
-        (r["segment"], str(r["start_offset"]), str(r["end_offset"]), str(r["bytes"]), str(r["events"]),
-         "yes" if r["sealed"] else "no")
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
+    header = ("SEGMENT", "START", "END", "BYTES", "EVENTS", "SEALED", "CORRUPT")
+    widths = [max([len(header[0]), *map(len, names)]), 14, 14, 14, 12, 6, 8]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    print(line(header).rstrip(), flush=True)
+    notes: list[str] = []
+    for name in names:
+        r = reader.describe(name, exact=args.exact)
+        corrupt = r["corrupt"]
+        flag = f"{len(corrupt)} range{'s' if len(corrupt) != 1 else ''}" if corrupt else "-"
+        if r["given_up"]:
+            flag += f" ({len(r['given_up'])} given up)"
+        print(line((name, str(r["start_offset"]), str(r["end_offset"]), str(r["bytes"]), str(r["events"]),
+                    "yes" if r["sealed"] else "no", flag)).rstrip(), flush=True)
+        for c in corrupt:
+            where = f"bytes {c['start']}..{c['end']}" if c["end"] > c["start"] else "its marks file"
+            notes.append(f"{name}: {where} corrupt ({c['reason']}); `logport verify {name}` checks every byte, "
+                         f"`logport verify --repair {name}` gives the ranges up")
     print(f"hub {hub or '(none yet: the hub makes its identity on its first start)'}")
-    print_output_lags(lags)
+    for note in notes:
+        print(note)
+    print_output_lags(output_lags(_config(args), reader) if args.config else [])
     return 0
 
 
@@ -336,6 +358,7 @@ def cmd_cat(args: argparse.Namespace) -> int:
                                                waiting=waiting))
         from logport.store.reader import DirectoryReader
 
+        _log_to_stderr("logport cat")  # a range given up (`logport verify --repair`) is skipped with a warning
         data_dir = _data_dir(args)
         reader = DirectoryReader(data_dir)
         try:  # its chunk files are closed on every way out (main() also runs in-process: tests, scripts)
@@ -362,7 +385,8 @@ def _wait_for_segment(reader: DirectoryReader, name: str, data_dir: str, waiting
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """`logport verify`: a line per segment, every bad range, a progress line on a terminal."""
+    """`logport verify`: a line per segment, every bad range, a progress line on a terminal; with `--repair`,
+    the bad ranges of the named segments given up."""
     import dataclasses
 
     import orjson
@@ -371,6 +395,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from logport.store.verify import total_bytes, verify
 
     data_dir = _data_dir(args)
+    if args.repair:
+        _check_segments(data_dir, args.segments)
+        return _repair(data_dir, args.segments)
     names = args.segments or DirectoryReader(data_dir).segment_names()
     _check_segments(data_dir, names)
     total, done = total_bytes(data_dir, names), 0
@@ -392,10 +419,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print("\r", end="", file=sys.stderr)
         v1 = f", {report.v1_chunks} written before format v2 (no checksums)" if report.v1_chunks else ""
         state = "ok" if not report.bad else f"{len(report.bad)} corrupt range{'s' if len(report.bad) != 1 else ''}"
+        given_up = f", {len(report.given_up)} given up" if report.given_up else ""
         print(f"{report.segment}: {state}: {report.chunks} chunk{'s' if report.chunks != 1 else ''}, "
-              f"{report.groups:,} commit groups, {report.bytes:,} bytes{v1}")
+              f"{report.groups:,} commit groups, {report.bytes:,} bytes{v1}{given_up}")
         for r in report.bad:
-            print(f"  bytes {r.start}..{r.end} of {r.file}: {r.reason}")
+            print(f"  bytes {r.start}..{r.end} of {r.file}: {r.reason}" if r.end > r.start else f"  {r.file}: {r.reason}")
+        for r in report.given_up:
+            print(f"  bytes {r.start}..{r.end} of {r.file}: given up ({r.reason}); reads skip them")
+    if bad and not args.json:
+        print("`logport verify --repair SEGMENT` gives a segment's corrupt ranges up (reads skip them from then on)",
+              file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -407,6 +440,30 @@ def _check_segments(data_dir: str, names: list[str]) -> None:
     for name in names:
         if name not in held:
             raise NoSuchSegment(name, f"in {data_dir}; `logport segments` lists its segments")
+
+
+def _repair(data_dir: str, names: list[str]) -> int:
+    """`logport verify --repair SEGMENT...`: the corrupt ranges verify finds are given up, recorded in each
+    segment's state, after which reads skip them with a warning. The hub must be stopped (its lock is taken)."""
+    from logport.errors import DataDirectoryInUse
+    from logport.store.repair import give_up
+
+    if not names:
+        print("logport verify --repair: name the segments to repair (`logport verify` lists their corrupt ranges)",
+              file=sys.stderr)
+        return 2
+    try:
+        outcomes = give_up(data_dir, names)
+    except DataDirectoryInUse as e:
+        print(f"logport verify --repair: {e}; the ranges stay as they are (quarantined) while it runs", file=sys.stderr)
+        return 1
+    for name, ranges in outcomes.items():
+        if not ranges:
+            print(f"{name}: nothing corrupt to give up")
+        for r in ranges:
+            where = f"bytes {r.start}..{r.end} of {r.file}" if r.end > r.start else r.file
+            print(f"{name}: gave up {where} ({r.reason}); reads skip them from now on")
+    return 0
 
 
 def _log_to_stderr(prefix: str) -> None:

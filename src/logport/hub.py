@@ -90,7 +90,8 @@ class Hub:
                 self.metrics, data_dir=cfg.store.data_dir, min_free_bytes=cfg.hub.ready_min_free_bytes,
                 timeout=cfg.hub.health_timeout, listeners=self.listener_states, draining=lambda: self.draining,
                 on_tick=notifier.watchdog if notifier is not None else None,
-                interval=min(health.TICK, notifier.watchdog_interval or health.TICK) if notifier else health.TICK)
+                interval=min(health.TICK, notifier.watchdog_interval or health.TICK) if notifier else health.TICK,
+                corrupt=store.corrupt_segments)
             self.monitor.start()
             if not self._collector_registered:  # one per registry, however often the hub starts
                 self.metrics.registry.register(health.ListenerCollector(

@@ -45,9 +45,10 @@ class Runtime:
         store = self.store
         if len(by_segment) == 1:  # the common case: no task for gather to make
             ((segment, bodies),) = by_segment.items()
-            await store.append(segment, bodies)
+            await store.append(segment, bodies, events=counts[segment])
         elif by_segment:
-            await asyncio.gather(*(store.append(segment, bodies) for segment, bodies in by_segment.items()))
+            await asyncio.gather(*(store.append(segment, bodies, events=counts[segment])
+                                   for segment, bodies in by_segment.items()))
         return counts
 
     async def submit_framed(self, default_segment: str, framed: memoryview,
@@ -72,15 +73,17 @@ class Runtime:
                                    for segment, (parts, count) in by_segment.items()))
 
     def submit_routed(self, default_segment: str, tag: str, parts: list[Buffer],
-                      writer: WriterCondition | None = None, frames: int = 1) -> asyncio.Future[AppendResult]:
+                      writer: WriterCondition | None = None, frames: int = 1,
+                      events: int | None = None) -> asyncio.Future[AppendResult]:
         """Queue `frames` whole frames, given as buffers that must not change until it is answered (see
         `SegmentStore.submit`), in the segment `tag` routes to, as
         `append_routed` routes, without a task (a Forward chunk's task, coroutine and wake-up were a sizeable
         part of what a chunk cost); one connection's appends to a segment are stored in the order made, also
         while it is being created. One frame without a writer gets no atomic-group record, as `store.append`
-        stores it. The future completes once they are durable, or with what the store raised."""
+        stores it. `events`: what the frames hold, as the store counts them (store/counting.py), if known. The
+        future completes once they are durable, or with what the store raised."""
         segment = self.router.segment_for(tag, default_segment)
-        return self.store.submit(segment, parts, writer=writer, multi=frames > 1)
+        return self.store.submit(segment, parts, writer=writer, multi=frames > 1, events=events)
 
     def logger(self, name: str) -> logging.Logger:
         return logging.getLogger(f"logport.{name}")

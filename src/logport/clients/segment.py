@@ -112,7 +112,8 @@ def reply_error(reply: sp.Message) -> errors.LogportError:
     if isinstance(reply, sp.AuthenticationFailed):
         return errors.AuthenticationError(f"segment server: {reply.message}")
     if isinstance(reply, sp.OperationFailed):  # a read of corrupt data on the hub names its range
-        corrupt = errors.CorruptData.from_message(reply.segment, reply.message)
+        corrupt = (errors.DataGivenUp.from_message(reply.segment, reply.message)
+                   or errors.CorruptData.from_message(reply.segment, reply.message))
         if corrupt is not None:
             return corrupt
     return SegmentRequestFailed(reply)
@@ -857,8 +858,13 @@ class SegmentReader:
         self._replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
 
     async def connect(self) -> SegmentReader:
-        self._replies = asyncio.Queue()
-        self._protocol = await _connect(self.host, self.port, self._replies.put_nowait, self._lost, ssl=self.ssl,
+        replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
+        self._replies = replies
+
+        def lost(exc: BaseException) -> None:  # into this connection's queue: a closed one's loss comes late
+            replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
+
+        self._protocol = await _connect(self.host, self.port, replies.put_nowait, lost, ssl=self.ssl,
                                         timeout=self.connect_timeout)
         if self.token:
             reply = await self._request(sp.Authenticate(self.token))
@@ -871,9 +877,6 @@ class SegmentReader:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _lost(self, exc: BaseException) -> None:
-        self._replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
 
     async def _receive(self) -> sp.Message:
         while True:
@@ -961,6 +964,9 @@ class SegmentReader:
                     await self._reconnect()
                     stitch.leftover = b""  # read again from the last whole frame
                     continue
+                except errors.DataGivenUp as e:
+                    stitch = await self._skip(e)
+                    continue
                 if stitch.read_at < end and not follow:
                     return
                 continue
@@ -973,6 +979,15 @@ class SegmentReader:
             except (ConnectionError, TimeoutError):
                 await self._reconnect()
                 stitch.leftover = b""
+            except errors.DataGivenUp as e:
+                stitch = await self._skip(e)
+
+    async def _skip(self, given_up: errors.DataGivenUp) -> _FrameStitcher:
+        """A range `logport verify --repair` gave up: said, and read on after it, on a new connection (the
+        reads asked for past it would answer out of step)."""
+        log.warning("%s", given_up)
+        await self._reconnect()
+        return _FrameStitcher(given_up.end)
 
     async def _frames_at_tail(self, segment: str, stitch: _FrameStitcher,
                               wait: float) -> AsyncIterator[list[tuple[int, int, memoryview]]]:
