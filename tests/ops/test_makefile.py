@@ -15,8 +15,10 @@ TEST_ONLY = ("'.[dev]'", "fuse3", "libfuse3-dev", "npm ci", "default-jdk-headles
 
 
 def planned(target: str, venv: Path) -> str:
-    """The commands `make TARGET` would run from nothing (a venv that does not exist; `make -n` runs none)."""
-    done = subprocess.run(["make", "-n", "--no-print-directory", f"VENV={venv}", target], cwd=REPO,
+    """The commands `make TARGET` would run from nothing (a venv and Node packages that do not exist yet: a checkout
+    where `make test` already ran has both; `make -n` runs none)."""
+    done = subprocess.run(["make", "-n", "--no-print-directory", f"VENV={venv}",
+                           f"NODE_STAMP={venv.parent / 'node-stamp'}", target], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout

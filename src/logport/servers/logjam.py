@@ -293,15 +293,17 @@ class LogjamDevice:
             received.inc(drained.received)
             self._taking += 1
             try:
+                append = None
                 if drained.count:
                     append = asyncio.ensure_future(store_drained(self.runtime, self.config.segment, drained))
                     await self._pending.put(_Pending(append, [], [], kind, drained))
-                if drained.left is not None:
-                    await take([drained.left])
+                if drained.left is not None:  # a ping there is answered once the messages drained before it are
+                    await take([drained.left], append)
             finally:
                 self._taking -= 1
 
-    async def _take_router(self, batch: list[tuple[list[bytes], str]]) -> None:
+    async def _take_router(self, batch: list[tuple[list[bytes], str]],
+                           before: asyncio.Future[None] | None = None) -> None:
         accepted: list[Taken] = []
         replies: list[tuple[bool, lj.Reply]] = []
         conn = self.router_conn
@@ -313,10 +315,11 @@ class LogjamDevice:
                     replies.append((True, lj.Accept(frames[0], taken[2])))
                 continue
             conn.receive_message(frames)
-            self._take_one(conn.next_event(), peer, "router", accepted, replies)
-        await self._enqueue(accepted, replies, "router")
+            self._take_one(conn.next_event(), peer, "router", accepted, replies, before is not None)
+        await self._enqueue(accepted, replies, "router", before)
 
-    async def _take_pull(self, batch: list[tuple[list[bytes], str]]) -> None:
+    async def _take_pull(self, batch: list[tuple[list[bytes], str]],
+                         before: asyncio.Future[None] | None = None) -> None:
         accepted: list[Taken] = []
         conn = self.pull_conn
         for (frames, peer), taken in zip(batch, self.decoder.take_batch(batch, False, "pull"), strict=True):
@@ -328,8 +331,9 @@ class LogjamDevice:
         await self._enqueue(accepted, [], "pull")
 
     def _take_one(self, event: lj.Received | lj.Refused, peer: str, kind: str, accepted: list[Taken],
-                  replies: list[tuple[bool, lj.Reply]]) -> None:
-        """One message the C pass left to Python (or every message, without the C extension)."""
+                  replies: list[tuple[bool, lj.Reply]], stored_before: bool = False) -> None:
+        """One message the C pass left to Python (or every message, without the C extension); `stored_before`:
+        messages the C pass drained before it are being stored."""
         if isinstance(event, lj.Refused):
             log_invalid(self.metrics, event.error, peer, kind)
             if event.sync:
@@ -339,7 +343,7 @@ class LogjamDevice:
         if isinstance(message, lj.PingRequest):
             self.metrics.pings.inc()  # nobody to answer on PULL
             if message.sync:  # after the messages before it in the batch are stored (else none): a sender's proof
-                replies.append((bool(accepted), lj.Pong(event.route, self.hostname)))
+                replies.append((bool(accepted) or stored_before, lj.Pong(event.route, self.hostname)))
             return
         assert isinstance(message, lj.DataMessage)
         try:
@@ -352,8 +356,10 @@ class LogjamDevice:
         if message.sync:
             replies.append((True, lj.Accept(event.route, message.app_env)))
 
-    async def _enqueue(self, accepted: list[Taken], replies: list[tuple[bool, lj.Reply]], kind: str) -> None:
-        append = None
+    async def _enqueue(self, accepted: list[Taken], replies: list[tuple[bool, lj.Reply]], kind: str,
+                       before: asyncio.Future[None] | None = None) -> None:
+        """`before`: the append of the messages the C pass drained before this batch (of one message, then)."""
+        append = before
         if accepted:
             append = asyncio.ensure_future(store_taken(self.runtime, self.config.segment, accepted))
         # a full queue stops the pumps: ZeroMQ's own queues then push back on the producers
@@ -370,8 +376,9 @@ class LogjamDevice:
                     await pending.append
                 except Exception as e:
                     stored = False
-                    self.metrics.store_errors.inc()
-                    log.error("logjam messages not stored", extra={"count": pending.count, "error": str(e)})
+                    if pending.count:  # else a ping waiting on a drained batch, whose failure was logged
+                        self.metrics.store_errors.inc()
+                        log.error("logjam messages not stored", extra={"count": pending.count, "error": str(e)})
             if pending.drained is not None:
                 self.publisher.publish_drained(pending.drained, self.router_handle, stored)
                 if stored:
