@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from logport.lake.log import LOG_DIR, LakeError, LakeLog, read_lake_info
 from logport.lake.resources import DEFAULT_RESOURCES, GROUPS, Resources
@@ -91,17 +92,11 @@ class LakeReader:
         (a lake sums the resources its apps send, often a few of logjam's 60). Read from the files' footers once
         per file (files are never rewritten: compaction writes new ones)."""
         files = self.files(table, days)
-        new = [f for f in files if f not in self._valued]
-        if new:
-            found: dict[str, set[str]] = {f: set() for f in new}
-            listed = ", ".join("'" + f.replace("'", "''") + "'" for f in new)
-            for name, column, values, nulls in self.query(
-                    f"SELECT file_name, path_in_schema, sum(num_values), sum(stats_null_count) FROM "
-                    f"parquet_metadata([{listed}]) GROUP BY ALL"):
-                if nulls is None or nulls < values:  # no statistics: it may hold values
-                    found.setdefault(name, set()).add(column.split(", ")[0])
-            with self._lock:
-                self._valued.update((f, frozenset(c)) for f, c in found.items())
+        for path in files:
+            if path not in self._valued:
+                valued = _columns_with_values(path)
+                with self._lock:
+                    self._valued[path] = valued
         return frozenset(self.tables[table].partition).union(*(self._valued.get(f, ()) for f in files))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -147,3 +142,18 @@ def _resources(data: Any) -> Resources:
         names = data.get(group, data.get(f"{group}_resources")) or []
         groups[group] = tuple(next(iter(n)) if isinstance(n, dict) else str(n) for n in names)
     return Resources(groups)
+
+
+def _columns_with_values(path: str) -> frozenset[str]:
+    """The top-level columns of a Parquet file that hold a value: those with a column chunk whose statistics do
+    not count every value as null (or that has no statistics)."""
+    meta = pq.read_metadata(path)
+    found = set()
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for i in range(group.num_columns):
+            chunk = group.column(i)
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count or stats.null_count < chunk.num_values:
+                found.add(chunk.path_in_schema.split(".")[0])
+    return frozenset(found)

@@ -16,6 +16,8 @@ import pyarrow.compute as pc
 
 from logport.lake import sketch
 
+DENSE_CELLS = 4_000_000  # groups x keys up to which the counts are summed in a dense table
+
 
 def _flat(lists: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """(group index, key, count) of every map entry of a list<map> column: group i is the i-th list."""
@@ -39,6 +41,34 @@ def quantiles(lists: pa.ChunkedArray | pa.Array, qs: Sequence[float]) -> list[li
     out: list[list[float | None]] = [[None] * len(qs) for _ in range(n_groups)]
     if not len(keys):
         return out
+    # values <= 0 (ZERO_KEY, far below the others): moved next to the smallest other key, order kept, so that
+    # the buckets in use span a few hundred keys and the counts fit a dense table of groups x keys
+    real = keys != sketch.ZERO_KEY
+    lowest_real = int(keys[real].min()) if real.any() else 0
+    zero_at = lowest_real - 1 if lowest_real > sketch.ZERO_KEY else None
+    if zero_at is not None:
+        keys = np.where(real, keys, zero_at)
+    low = int(keys.min())
+    width = int(keys.max()) - low + 1
+    if zero_at is None or n_groups * width > DENSE_CELLS:
+        return _quantiles_sorted(groups, keys, counts, n_groups, qs, out)
+    # counts are whole numbers below 2**53: float64 sums them exactly
+    running = np.cumsum(np.bincount(groups * width + (keys - low), weights=counts, minlength=n_groups * width)
+                        .reshape(n_groups, width), axis=1)
+    totals = running[:, -1]
+    for j, q in enumerate(qs):
+        rank = np.maximum(1, np.ceil(float(q) * totals))  # q * n in double precision, as sketch.quantile
+        first = (running >= rank[:, None]).argmax(axis=1) + low
+        for i in np.flatnonzero(totals > 0):
+            key = int(first[i])
+            out[i][j] = sketch.sketch_value(sketch.ZERO_KEY if key == zero_at else key)
+    return out
+
+
+def _quantiles_sorted(groups: np.ndarray, keys: np.ndarray, counts: np.ndarray, n_groups: int,
+                      qs: Sequence[float], out: list[list[float | None]]) -> list[list[float | None]]:
+    """quantiles() for keys too spread for a dense table: the entries sorted by group and key, one running
+    count over all of them."""
     low = keys.min()
     order = np.argsort(groups * (keys.max() - low + 1) + (keys - low), kind="stable")
     groups, keys = groups[order], keys[order]
@@ -49,10 +79,9 @@ def quantiles(lists: pa.ChunkedArray | pa.Array, qs: Sequence[float]) -> list[li
     before = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
     totals = np.where(present, running[np.maximum(ends - 1, 0)] - before, 0)
     for j, q in enumerate(qs):
-        # q * n in double precision, as sketch.quantile computes it in Python
         rank = np.maximum(1, np.ceil(float(q) * totals.astype(np.float64))).astype(np.int64)
         found = np.searchsorted(running, before + rank, side="left")
-        for i in np.flatnonzero(present & (totals > 0)):
+        for i in np.flatnonzero(totals > 0):
             out[i][j] = sketch.sketch_value(int(keys[found[i]]))
     return out
 
