@@ -495,7 +495,7 @@ class Views:
             fields = json.loads(row.pop("fields") or "null")
         except ValueError:
             fields = None
-        row["time"] = row["time"].isoformat() if isinstance(row.get("time"), dt.datetime) else row.get("time")
+        row["time"] = _iso(row.get("time"))  # the UTC instant (started_at is the producer's wall time, as sent)
         js = []
         if row.get("request_id"):
             js_source = self.lake.source("js_exceptions", [day])
