@@ -462,7 +462,7 @@ def write_lake(root: str | Path, requests: pa.Table, batches: int = 2, seed: int
     if not info.exists():
         import json
 
-        info.write_text(json.dumps({"format": FORMAT, "time": "local", "resources": DEFAULT_RESOURCES.as_json(),
+        info.write_text(json.dumps({"format": FORMAT, "time_basis": "local", "resources": DEFAULT_RESOURCES.as_json(),
                                     "sketch": {"gamma": sketch.GAMMA}}))
     tables = all_tables()
     con = duckdb.connect()

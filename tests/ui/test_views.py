@@ -4,6 +4,7 @@ stored requests behind a count, minute ranges."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from logport.lake import sketch
+from logport.lake.log import FORMAT, LAKE_FILE
 from logport.lake.sketch import RELATIVE_ERROR
 from logport.ui.lake import LakeReader
 from logport.ui.timerange import TimeRange
@@ -170,6 +172,16 @@ def test_bad_parameters_say_what_is_expected(views: Views) -> None:
         views.actions(SHOP, r, resource="nope")
     with pytest.raises(ViewError, match="reason='odd'"):
         views.requests(SHOP, r, reason="odd")
+
+
+@pytest.mark.parametrize("basis", ["local", "utc"])
+def test_meta_says_the_lakes_time_basis(tmp_path: Path, basis: str) -> None:
+    (tmp_path / LAKE_FILE).write_text(json.dumps({"format": FORMAT, "time_basis": basis}))
+    lake = LakeReader(tmp_path)
+    try:
+        assert Views(lake).meta()["time"] == basis
+    finally:
+        lake.close()
 
 
 def test_logs_new_and_growing_patterns_first(views: Views) -> None:

@@ -182,7 +182,7 @@ class Views:
                 streams.append({"app": app, "env": env, "dates": dates})
         return {"streams": streams, "dates": self.lake.dates("totals") or self.lake.dates("log_minutes"),
                 "log_dates": self.lake.dates("log_minutes"), "resources": self.resources.as_json(),
-                "time": self.lake.info.get("time", "local")}
+                "time": self.lake.info.get("time_basis", "local")}
 
     def default_day(self) -> str | None:
         dates = self.lake.dates("totals") or self.lake.dates("log_minutes")
