@@ -184,6 +184,11 @@ def test_meta_says_the_lakes_time_basis(tmp_path: Path, basis: str) -> None:
         lake.close()
 
 
+def test_queries_read_each_footer_once(views: Views) -> None:
+    # each query runs on a cursor of its own: the footer cache must be set for all of them, not the first connection
+    assert views.lake.query("SELECT current_setting('parquet_metadata_cache')") == [(True,)]
+
+
 def test_logs_new_and_growing_patterns_first(views: Views) -> None:
     got = views.logs(TimeRange.parse("2026-11-21", None, None, None))
     rows = got["patterns"]["rows"]
