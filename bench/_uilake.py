@@ -3,28 +3,28 @@ same requests as stored logjam events in a data directory (what `logport pipelin
 from them without Spark (a fixture for the UI's unit tests, exactly per lake/tables.py and lake/log.py; the real
 lake is the pipeline's).
 
-The fixture lake aggregates with DuckDB over the requests, each batch on its own (a key has rows from several
-batches, as the pipeline's batches leave them), writes Parquet partitioned by `date` as Spark does (no `date`
-column in the files) and commits each batch with a log entry.
+The fixture lake aggregates the requests with numpy (the stored requests with DuckDB), each batch on its own (a
+key has rows from several batches, as the pipeline's batches leave them), writes each table as the pipeline's lake
+writer does (one file per `date` partition and batch, no `date` column in the files, sorted by the table's keys)
+and commits each batch with a log entry. 10 M requests take minutes, not the better part of an hour.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logport.lake import sketch
 from logport.lake.log import FORMAT, LAKE_FILE, Entry, LakeLog
 from logport.lake.resources import DEFAULT_RESOURCES
-from logport.lake.tables import all_tables
+from logport.lake.tables import Table, all_tables
 
 CONTROLLERS = ("Orders", "Carts", "Search", "Users", "Api::V1::Items", "Api::V1::Prices", "Admin::Reports",
                "Health", "Checkout", "Pages")
@@ -36,7 +36,14 @@ LOG_HOSTS = ("web-1", "web-2", "db-1", "queue-1")
 LOG_LEVELS = ("debug", "info", "warn", "error")
 TEMPLATES = tuple(f"{verb} <*> in <*> ms ({noun})" for verb in ("GET", "POST", "retry", "flush", "connect")
                   for noun in ("cache", "db", "disk", "peer"))
+# the fixture's Parquet layout, as Spark's writer (parquet-mr) makes it: row groups readers skip by the sorted keys'
+# min/max, pages of at most 20,000 rows (parquet.page.row.count.limit) and the page index, so that a reader of a few
+# rows decodes their pages only
+ROW_GROUP_ROWS = 122_880
+PAGE_ROWS = 20_000
 # the time resources the generator fills (others stay null: a message without them)
+# the producers' UTC offsets, by app-env (started_at is local wall time, as logjam's agents send it)
+UTC_OFFSETS = ("+01:00", "+00:00", "-05:00")
 TIME_PARTS = ("db_time", "view_time", "api_time", "memcache_time")
 
 
@@ -84,21 +91,26 @@ def generate_requests(app_envs: Sequence[str], days: Sequence[str], per_app_day:
             code = np.where(rng.random(n) < 0.01, 500, np.where(rng.random(n) < 0.03, 404, 200)).astype(np.int32)
             severity = np.where(code == 500, 3, np.where(rng.random(n) < 0.02, 2, 1)).astype(np.int32)
             has_exception = (code == 500) & (rng.random(n) < 0.7)
-            exception = np.where(has_exception, np.array(EXCEPTIONS)[rng.integers(0, len(EXCEPTIONS), n)], None)
-            caller = np.where(rng.random(n) < 0.05, f"{app_envs[(a + 1) % len(app_envs)].rsplit('-', 1)[0]}"
-                              "@Gateway#forward", None)
+            exception = pc.if_else(has_exception, pc.take(pa.array(EXCEPTIONS), rng.integers(0, len(EXCEPTIONS), n)),
+                                   pa.scalar(None, pa.string()))
+            caller = pc.if_else(rng.random(n) < 0.05, f"{app_envs[(a + 1) % len(app_envs)].rsplit('-', 1)[0]}"
+                                "@Gateway#forward", pa.scalar(None, pa.string()))
             second = rng.integers(0, 60, n)
             millis = rng.integers(0, 1000, n)
-            stamps = [f"{day}T{m // 60:02d}:{m % 60:02d}:{s:02d}.{ms:03d}+00:00"
-                      for m, s, ms in zip(minute.tolist(), second.tolist(), millis.tolist(), strict=True)]
-            epoch = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()
-            started_ms = (epoch * 1000 + minute.astype(np.int64) * 60_000 + second * 1000 + millis).astype(np.int64)
+            # started_at is the producer's wall time with its UTC offset (logjam files a request under the wall
+            # time's day and minute); started_ms the instant
+            wall_ms = (dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp() * 1000
+                       + minute.astype(np.int64) * 60_000 + second * 1000 + millis).astype(np.int64)
+            utc_offset = UTC_OFFSETS[a % len(UTC_OFFSETS)]
+            stamps = pc.binary_join_element_wise(
+                pc.strftime(pa.array(wall_ms, pa.timestamp("ms")), format="%Y-%m-%dT%H:%M:%S"), utc_offset, "")
+            started_ms = wall_ms - _offset_minutes(utc_offset) * 60_000
             page_time = np.where(rng.random(n) < 0.3, total * 3 + rng.lognormal(6.5, 0.7, n), np.nan)
             ajax_time = np.where(rng.random(n) < 0.2, total + rng.lognormal(4.5, 0.6, n), np.nan)
             cols: dict[str, Any] = {
-                "app": pa.array([app] * n), "env": pa.array([env] * n), "date": pa.array([day] * n),
-                "minute": minute, "started_at": pa.array(stamps), "started_ms": started_ms,
-                "page": pa.array(np.array(names, dtype=object)[page_i]),
+                "app": pa.repeat(app, n), "env": pa.repeat(env, n), "date": pa.repeat(day, n),
+                "minute": minute, "started_at": stamps, "started_ms": started_ms,
+                "page": pc.take(pa.array(names), page_i),
                 "response_code": code, "severity": severity, "total_time": np.round(total, 3),
             }
             for i, r in enumerate(TIME_PARTS):
@@ -108,19 +120,35 @@ def generate_requests(app_envs: Sequence[str], days: Sequence[str], per_app_day:
             cols["allocated_objects"] = np.round(total * rng.uniform(50, 200, n))
             cols["allocated_bytes"] = cols["allocated_objects"] * 40
             cols["heap_growth"] = np.where(rng.random(n) < 0.01, rng.uniform(1e6, 5e6, n), 0.0)
-            cols["exception"] = pa.array(exception.tolist(), pa.string())
-            cols["caller"] = pa.array(caller.tolist(), pa.string())
+            cols["exception"] = exception
+            cols["caller"] = caller
             cols["page_time"] = pa.array(page_time, mask=np.isnan(page_time))
             cols["ajax_time"] = pa.array(ajax_time, mask=np.isnan(ajax_time))
-            cols["request_id"] = pa.array([f"{offset + i:032x}" for i in range(n)])
-            cols["host"] = pa.array(np.array(LOG_HOSTS[:2], dtype=object)[rng.integers(0, 2, n)])
+            cols["request_id"] = _hex_ids(offset, n)
+            cols["host"] = pc.take(pa.array(LOG_HOSTS[:2]), rng.integers(0, 2, n))
             cols["offset"] = np.arange(offset, offset + n, dtype=np.int64) * 512
             offset += n
             parts.append(pa.table(cols))
     table = pa.concat_tables(parts)
-    module = pa.array([module_of(p) for p in table.column("page").unique().to_pylist()])
-    lookup = dict(zip(table.column("page").unique().to_pylist(), module.to_pylist(), strict=True))
-    return table.append_column("module", pa.array([lookup[p] for p in table.column("page").to_pylist()]))
+    page = pc.dictionary_encode(table.column("page").combine_chunks())
+    modules = pa.array([module_of(p) for p in page.dictionary.to_pylist()])
+    return table.append_column("module", pc.take(modules, page.indices))
+
+
+def _offset_minutes(utc_offset: str) -> int:
+    """+01:00 -> 60, -05:30 -> -330."""
+    sign = -1 if utc_offset[0] == "-" else 1
+    return sign * (int(utc_offset[1:3]) * 60 + int(utc_offset[4:6]))
+
+
+def _hex_ids(first: int, n: int) -> pa.Array:
+    """The numbers first .. first + n - 1 as 32 hex digits each (request ids), without a Python loop."""
+    numbers = np.arange(first, first + n, dtype=np.uint64)
+    nibbles = (numbers[:, None] >> np.arange(60, -4, -4, dtype=np.uint64)) & np.uint64(15)
+    digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles.astype(np.intp)]
+    text = np.concatenate([np.full((n, 16), ord("0"), np.uint8), digits], axis=1)
+    offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
 
 
 def logjam_records(requests: pa.Table) -> Iterator[tuple[str, int, dict[str, Any]]]:
@@ -145,7 +173,7 @@ def logjam_records(requests: pa.Table) -> Iterator[tuple[str, int, dict[str, Any
         yield f"{row['app']}-{row['env']}", row["started_ms"], record
 
 
-# --- the fixture lake (DuckDB over the requests) ---
+# --- the fixture lake (numpy and DuckDB over the requests) ---
 
 def _duck_type(ddl: str) -> str:
     """A Spark DDL type of tables.py as DuckDB's."""
@@ -176,58 +204,162 @@ def _split(inner: str) -> list[str]:
     return [*parts, inner[start:]]
 
 
-BOUNDS_SQL = "[" + ", ".join(repr(b) for b in sketch.HIST_BOUNDS) + "]"
+def arrow_type(ddl: str) -> pa.DataType:
+    """A Spark DDL type of tables.py as Arrow's (the fixture's files have each table's exact columns)."""
+    simple = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "smallint": pa.int16(),
+              "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC"), "boolean": pa.bool_()}
+    if ddl in simple:
+        return simple[ddl]
+    if ddl.startswith("map<"):
+        key, value = _split(ddl[4:-1])
+        return pa.map_(arrow_type(key), arrow_type(value))
+    if ddl.startswith("array<"):
+        return pa.list_(arrow_type(ddl[6:-1]))
+    if ddl.startswith("struct<"):
+        return pa.struct([(n, arrow_type(t)) for n, t in (f.split(":", 1) for f in _split(ddl[7:-1]))])
+    raise ValueError(f"type {ddl!r} not handled")
 
 
-def _hist(v: str) -> str:
-    return f"least({len(sketch.HIST_BOUNDS) - 1}, list_count(list_filter({BOUNDS_SQL}, lambda b: b < {v})))"
-
-
-def _sketch(v: str) -> str:
-    return f"CASE WHEN {v} > 0 THEN ceil(ln({v}) / ln({sketch.GAMMA}))::INTEGER ELSE {sketch.ZERO_KEY} END"
-
-
-APDEX = {"apdex": ("total_time", 100, 500, 2000), "fapdex": ("coalesce(page_time, ajax_time)", 500, 2000, 8000),
+APDEX = {"apdex": ("total_time", 100, 500, 2000), "fapdex": ("frontend_time", 500, 2000, 8000),
          "papdex": ("page_time", 500, 2000, 8000), "xapdex": ("ajax_time", 500, 2000, 8000)}
 FILLED = (*TIME_PARTS, "total_time", "other_time", "db_calls", "memcache_calls", "allocated_objects",
           "allocated_bytes", "allocated_memory", "heap_growth", "page_time", "ajax_time", "frontend_time")
-# counter maps: the key expression per request (null: nothing counted)
-MAP_KEYS = {"response": "CAST(response_code AS VARCHAR)", "severity": "CAST(severity AS VARCHAR)",
-            "exceptions": "exception", "callers": "caller"}
-HISTS = {"total_time": "total_time", "page_time": "page_time", "ajax_time": "ajax_time"}
+COUNTED = {"response": "response_code", "severity": "severity", "exceptions": "exception", "callers": "caller"}
+DISTRIBUTED = ("total_time", "page_time", "ajax_time")
+QUANTS = (*(("t", r, 1) for r in (*TIME_PARTS, "total_time")), ("f", "page_time", 1), ("f", "ajax_time", 1),
+          ("m", "allocated_objects", 1), ("m", "allocated_bytes", 1024))  # (kind, resource, unit of the bounds)
+BOUNDS = np.array(sketch.HIST_BOUNDS)
 
 
-def _aggregate_sql(keys: Sequence[str], source: str, values: Sequence[tuple[str, str]]) -> str:
-    """SELECT of one aggregate table's rows (minutes or totals) from `source` (the exploded requests)."""
-    key_list = ", ".join(keys)
-    exprs: dict[str, str] = {
-        "count": "count(*)", "page_count": "count(page_time)", "ajax_count": "count(ajax_time)",
-        "frontend_count": "count(page_time) + count(ajax_time)",
-    }
-    for r in FILLED:
-        exprs[r] = f"sum({r})"
-        exprs[f"{r}_sq"] = f"sum({r} * {r})"
-        exprs[f"{r}_max"] = f"max({r})"
-    for family, (v, happy, satisfied, tolerating) in APDEX.items():
-        exprs[f"{family}_happy"] = f"count(*) FILTER ({v} < {happy})"
-        exprs[f"{family}_satisfied"] = f"count(*) FILTER ({v} < {satisfied})"
-        exprs[f"{family}_tolerating"] = f"count(*) FILTER ({v} >= {satisfied} AND {v} < {tolerating})"
-        exprs[f"{family}_frustrated"] = f"count(*) FILTER ({v} >= {tolerating})"
-    maps = {**MAP_KEYS, **{f"{r}_hist": _hist(v) for r, v in HISTS.items()},
-            **{f"{r}_sketch": _sketch(v) for r, v in HISTS.items()}}
-    joins = []
-    for name, key in maps.items():
-        resource = name.rsplit("_", 1)[0]
-        where = (f"{HISTS[resource]} > 0" if name.endswith("_hist") else
-                 f"{HISTS[resource]} IS NOT NULL" if name.endswith("_sketch") else f"{key} IS NOT NULL")
-        joins.append(f"LEFT JOIN (SELECT {key_list}, map_from_entries(list({{'key': k, 'value': n}})) AS {name} "
-                     f"FROM (SELECT {key_list}, {key} AS k, count(*) AS n FROM {source} WHERE {where} "
-                     f"GROUP BY ALL) GROUP BY ALL) USING ({key_list})")
-    inner = ", ".join(f"{exprs[c]} AS {c}" for c, _ in values if c in exprs)
-    computed = {c for c, _ in values if c in exprs} | set(maps)
-    select = ", ".join(f"{c if c in computed else 'NULL'}::{_duck_type(t)} AS {c}" for c, t in values)
-    return (f"SELECT {key_list}, {select} FROM (SELECT {key_list}, {inner} FROM {source} GROUP BY ALL) "
-            + " ".join(joins))
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(each value's index into the distinct values, -1 for null; the distinct values)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    return encoded.indices.fill_null(-1).to_numpy().astype(np.int64), encoded.dictionary
+
+
+def _floats(requests: pa.Table, name: str) -> np.ndarray:
+    """A numeric column as float64, NaN for null."""
+    return requests.column(name).combine_chunks().cast(pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def _hist_index(values: np.ndarray) -> np.ndarray:
+    """lake/sketch.py hist_index of each value (the smallest bound >= it, the last above it)."""
+    return np.minimum(np.searchsorted(BOUNDS, values, side="left"), len(BOUNDS) - 1)
+
+
+def _sketch_keys(values: np.ndarray) -> np.ndarray:
+    """lake/sketch.py sketch_key of each value (not NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keys = np.ceil(np.log(values) / math.log(sketch.GAMMA))
+    return np.where(values > 0, keys, sketch.ZERO_KEY).astype(np.int64)
+
+
+class _Groups:
+    """Rows numbered by their key: group g of every row, the groups' count, and sums, maxima and maps per group."""
+
+    def __init__(self, key: np.ndarray) -> None:
+        unique, self.first, self.of = np.unique(key, return_index=True, return_inverse=True)
+        self.size = len(unique)
+        self.order = np.argsort(self.of, kind="stable")
+        self.starts = np.searchsorted(self.of[self.order], np.arange(self.size))
+
+    def count(self, where: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(self.of, weights=where, minlength=self.size).astype(np.int64)
+
+    def sums(self, values: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """Sum, sum of squares and maximum of the non-NaN values, null where a group has none."""
+        present = ~np.isnan(values)
+        none = self.count(present) == 0
+        zeroed = np.where(present, values, 0.0)
+        maxima = np.maximum.reduceat(np.where(present, values, -np.inf)[self.order], self.starts)
+        return (pa.array(np.bincount(self.of, weights=zeroed, minlength=self.size), mask=none),
+                pa.array(np.bincount(self.of, weights=zeroed * zeroed, minlength=self.size), mask=none),
+                pa.array(maxima, mask=none))
+
+    def map(self, keys: np.ndarray, valid: np.ndarray, key_type: pa.DataType, names: pa.Array | None = None
+            ) -> pa.Array:
+        """Per group, key -> how many of its rows have it (rows where `valid`; keys are indices into `names` when
+        given); null where a group has none."""
+        distinct, codes = np.unique(keys[valid], return_inverse=True)
+        width = max(1, len(distinct))
+        pairs, counts = np.unique(self.of[valid] * width + codes, return_counts=True)
+        offsets = np.searchsorted(pairs // width, np.arange(self.size + 1)).astype(np.int32)
+        found = distinct[pairs % width]
+        map_keys = (pc.take(names, found) if names is not None else pa.array(found)).cast(key_type)
+        return pa.MapArray.from_arrays(offsets, map_keys, pa.array(counts, pa.int64()),
+                                       mask=pa.array(offsets[1:] == offsets[:-1]))
+
+
+def _aggregate(requests: pa.Table, table: Table) -> pa.Table:
+    """An aggregate table's rows (minutes, totals) from the requests: each request counted on its action's row,
+    its module's and all_pages's (logjam's three scopes), with the table's key and value columns."""
+    n = requests.num_rows
+    pages, page_names = _codes(requests.column("page"))
+    modules, module_names = _codes(requests.column("module"))
+    names = pa.concat_arrays([page_names, module_names, pa.array(["all_pages"])])
+    scopes = pa.array(["action"] * len(page_names) + ["module"] * len(module_names) + ["all"])
+    page = np.concatenate([pages, modules + len(page_names), np.full(n, len(names) - 1)])
+    key = np.zeros(n, np.int64)
+    keys = [k for k, _ in table.keys if k not in ("scope", "page")]
+    for k in keys:
+        codes, distinct = _codes(requests.column(k))
+        key = key * len(distinct) + codes
+    groups = _Groups(np.tile(key, 3) * len(names) + page)
+    row = groups.first % n
+    out: dict[str, pa.Array] = {k: pc.take(requests.column(k), row) for k in keys}
+    out["scope"] = pc.take(scopes, page[groups.first])
+    out["page"] = pc.take(names, page[groups.first])
+    values = {name: np.tile(_floats(requests, name), 3) for name in FILLED}
+    present = {name: ~np.isnan(v) for name, v in values.items()}
+    out["count"] = pa.array(groups.count())
+    for name, divisor in (("page_count", "page_time"), ("ajax_count", "ajax_time")):
+        out[name] = pa.array(groups.count(present[divisor]))
+    out["frontend_count"] = pa.array(groups.count(present["page_time"]) + groups.count(present["ajax_time"]))
+    for name, v in values.items():
+        out[name], out[f"{name}_sq"], out[f"{name}_max"] = groups.sums(v)
+    for family, (name, happy, satisfied, tolerating) in APDEX.items():
+        v = values[name]
+        for bucket, within in (("happy", v < happy), ("satisfied", v < satisfied),
+                               ("tolerating", (v >= satisfied) & (v < tolerating)), ("frustrated", v >= tolerating)):
+            out[f"{family}_{bucket}"] = pa.array(groups.count(within))
+    for name, source in COUNTED.items():
+        codes, distinct = _codes(requests.column(source))  # response codes and severities as text, as logjam's
+        codes = np.tile(codes, 3)
+        out[name] = groups.map(codes, codes >= 0, pa.string(), distinct.cast(pa.string()))
+    for name in DISTRIBUTED:
+        v = values[name]
+        out[f"{name}_hist"] = groups.map(_hist_index(v), v > 0, pa.int32())
+        out[f"{name}_sketch"] = groups.map(_sketch_keys(v), present[name], pa.int32())
+    return pa.table({c: out[c] if c in out else pa.nulls(groups.size, arrow_type(t)) for c, t in table.columns})
+
+
+def _quants(requests: pa.Table) -> pa.Table:
+    """logjam's quants (spec 4.2): requests per page (and all_pages), kind, resource and bucket bound."""
+    n = requests.num_rows
+    key = np.zeros(n, np.int64)
+    for k in ("app", "env", "date"):
+        codes, distinct = _codes(requests.column(k))
+        key = key * len(distinct) + codes
+    pages, page_names = _codes(requests.column("page"))
+    names = pa.concat_arrays([page_names, pa.array(["all_pages"])])
+    parts = []
+    for kind, resource, unit in QUANTS:
+        v = _floats(requests, resource) / unit
+        valid = np.tile(v > 0, 2)
+        page = np.concatenate([pages, np.full(n, len(names) - 1)])
+        bucket = np.tile(_hist_index(v), 2)
+        combined = (np.tile(key, 2) * len(names) + page) * len(BOUNDS) + bucket
+        unique, first, counts = np.unique(combined[valid], return_index=True, return_counts=True)
+        at = np.flatnonzero(valid)[first]
+        row = at % n
+        parts.append(pa.table({
+            "app": pc.take(requests.column("app"), row), "env": pc.take(requests.column("env"), row),
+            "date": pc.take(requests.column("date"), row), "page": pc.take(names, page[at]),
+            "kind": pa.repeat(kind, len(unique)), "resource": pa.repeat(resource, len(unique)),
+            "quant": pa.array(BOUNDS[unique % len(BOUNDS)] * unit), "count": pa.array(counts, pa.int64())}))
+    return pa.concat_tables(parts)
 
 
 def _requests_sql(values: Sequence[tuple[str, str]]) -> str:
@@ -261,41 +393,11 @@ def _requests_sql(values: Sequence[tuple[str, str]]) -> str:
             "exception IS NOT NULL OR heap_growth > 0 OR (response_code BETWEEN 400 AND 499 AND \"offset\" % 4 = 0)")
 
 
-def _quants_sql() -> str:
-    kinds = [("t", r, r) for r in (*TIME_PARTS, "total_time")] + [("f", "page_time", "page_time"),
-                                                                  ("f", "ajax_time", "ajax_time"),
-                                                                  ("m", "allocated_objects", "allocated_objects")]
-    arms = [f"SELECT app, env, date, p AS page, '{k}' AS kind, '{r}' AS resource, "
-            f"{BOUNDS_SQL}[{_hist(v)} + 1] AS quant FROM reqs, unnest([page, 'all_pages']) t(p) WHERE {v} > 0"
-            for k, r, v in kinds]
-    arms.append("SELECT app, env, date, p, 'm', 'allocated_bytes', 1024 * "
-                f"{BOUNDS_SQL}[{_hist('allocated_bytes / 1024')} + 1] FROM reqs, unnest([page, 'all_pages']) t(p) "
-                "WHERE allocated_bytes > 0")
-    return ("SELECT app, env, date, page, kind, resource, quant, count(*)::BIGINT AS count FROM ("
-            + " UNION ALL ".join(arms) + ") GROUP BY ALL")
-
-
-def _table_sql(name: str, columns: Sequence[tuple[str, str]]) -> str:
-    """The fixture's SELECT for one table, in its exact columns and types."""
-    if name in ("minutes", "totals"):
-        keys = ["app", "env", "date", "minute", "scope", "page"] if name == "minutes" else \
-            ["app", "env", "date", "scope", "page"]
-        key_types = dict(columns)
-        sql = _aggregate_sql(keys, "exploded", [c for c in columns if c[0] not in keys])
-        return f"SELECT {', '.join(f'{k}::{_duck_type(key_types[k])} AS {k}' for k in keys)}, * EXCLUDE ({', '.join(keys)}) " \
-               f"FROM ({sql})"
-    if name == "requests":
-        return _requests_sql(columns)
-    if name == "quants":
-        return _quants_sql()
-    select = ", ".join(f'"{c}"::{_duck_type(t)} AS "{c}"' for c, t in columns)
-    return f"SELECT {select} FROM {name}_src"
-
-
-def _extras(con: Any, requests: pa.Table, seed: int) -> None:
-    """Source tables of the small tables: JS errors, agent events, user agents and the log tables."""
+def _extras(requests: pa.Table, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """The small tables' rows: JS errors, agent events, user agents and the log tables."""
     rng = np.random.default_rng(seed)
-    keys = con.execute("SELECT DISTINCT app, env, date FROM reqs ORDER BY ALL").fetchall()
+    keys = sorted(tuple(row.values()) for row in
+                  requests.group_by(["app", "env", "date"]).aggregate([]).to_pylist())
     js, notes, agents = [], [], []
     for i, (app, env, day) in enumerate(keys):
         for j in range(6):
@@ -316,9 +418,6 @@ def _extras(con: Any, requests: pa.Table, seed: int) -> None:
         for ua, share in (("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0", 5), ("curl/8.5.0", 1)):
             agents.append({"app": app, "env": env, "date": day, "user_agent": ua, "backend": 100 * share,
                            "frontend": 30 * share, "dropped": share, "drop_reasons": {"outlier": share}})
-    con.register("js_exceptions_src", pa.Table.from_pylist(js))
-    con.register("notifications_src", pa.Table.from_pylist(notes))
-    con.register("agents_src", pa.Table.from_pylist(agents))
     days = sorted({k[2] for k in keys})
     log_rows, pattern_rows, patterns = [], [], {}
     for d, day in enumerate(days):
@@ -348,9 +447,8 @@ def _extras(con: Any, requests: pa.Table, seed: int) -> None:
                     "samples": (old or {}).get("samples") or [
                         {"message": template.replace("<*>", "42", 1).replace("<*>", "7"), "time": at, "hub": HUB,
                          "segment": "forward", "offset": 1024 * p, "index": 0}]}
-    con.register("log_minutes_src", pa.Table.from_pylist(log_rows))
-    con.register("log_patterns_src", pa.Table.from_pylist(pattern_rows))
-    con.register("patterns_src", pa.Table.from_pylist(list(patterns.values())))
+    return {"js_exceptions": js, "notifications": notes, "agents": agents, "log_minutes": log_rows,
+            "log_patterns": pattern_rows, "patterns": list(patterns.values())}
 
 
 def write_lake(root: str | Path, requests: pa.Table, batches: int = 2, seed: int = 1, first_batch: int = 1) -> None:
@@ -364,28 +462,33 @@ def write_lake(root: str | Path, requests: pa.Table, batches: int = 2, seed: int
     if not info.exists():
         import json
 
-        info.write_text(json.dumps({"format": FORMAT, "time": "local", "resources": DEFAULT_RESOURCES.as_json(),
+        info.write_text(json.dumps({"format": FORMAT, "time_basis": "local", "resources": DEFAULT_RESOURCES.as_json(),
                                     "sketch": {"gamma": sketch.GAMMA}}))
     tables = all_tables()
     con = duckdb.connect()
-    con.execute("SET preserve_insertion_order = false")
     log = LakeLog(root)
     for b in range(batches):
         share = _share(requests, b, batches)
         if share.num_rows == 0:
             continue
-        con.register("reqs", _derived(share))
-        con.execute("CREATE OR REPLACE TEMP TABLE exploded AS SELECT * EXCLUDE (page, module), s.scope AS scope, "
-                    "s.page AS page FROM reqs, unnest([{'scope': 'action', 'page': page}, "
-                    "{'scope': 'module', 'page': module}, {'scope': 'all', 'page': 'all_pages'}]) t(s)")
-        if b == 0:
-            _extras(con, share, seed)
+        reqs = _derived(share)
+        con.register("reqs", reqs)
+        extras = _extras(share, seed) if b == 0 else {}
         batch_id = first_batch + b
         files: dict[str, list[str]] = {}
         for name, table in tables.items():
             if b > 0 and name not in ("minutes", "totals", "quants", "requests"):
                 continue
-            files[name] = _write_table(con, root, name, _table_sql(name, table.columns), table.partition, batch_id)
+            if name in ("minutes", "totals"):
+                rows = _aggregate(reqs, table)
+            elif name == "quants":
+                rows = _quants(reqs)
+            elif name == "requests":
+                result = con.sql(_requests_sql(table.columns))
+                rows = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
+            else:
+                rows = pa.Table.from_pylist(extras[name], pa.schema([(c, arrow_type(t)) for c, t in table.columns]))
+            files[name] = _write_table(root, table, rows, batch_id)
         log.commit(Entry(batch_id, files, info={"generated": True}))
     con.close()
 
@@ -398,8 +501,6 @@ def _share(requests: pa.Table, b: int, batches: int) -> pa.Table:
 
 def _derived(requests: pa.Table) -> pa.Table:
     """other_time and allocated_memory, as the importer derives them (spec 2.2), and frontend_time."""
-    import pyarrow.compute as pc
-
     other = requests.column("total_time")
     for r in TIME_PARTS:
         other = pc.subtract(other, requests.column(r))
@@ -408,24 +509,36 @@ def _derived(requests: pa.Table) -> pa.Table:
     return t.append_column("frontend_time", pc.coalesce(requests.column("page_time"), requests.column("ajax_time")))
 
 
-def _write_table(con: Any, root: Path, name: str, sql: str, partition: tuple[str, ...], batch_id: int) -> list[str]:
-    """Write one batch's rows of a table as Spark does (hive partitions, no partition column in the files),
-    under names of this batch; the paths relative to the lake."""
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
-    try:
-        part = f", PARTITION_BY ({', '.join(partition)})" if partition else ""
-        target = staging if partition else staging / "part.parquet"
-        con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet{part})")
-        written = []
-        for path in sorted(staging.rglob("*.parquet")):
-            rel = path.relative_to(staging)
-            dest = root / name / rel.parent / f"part-{batch_id:05d}-{rel.stem}.parquet"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(path, dest)
-            written.append(str(dest.relative_to(root)))
-        return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def sort_columns(table: Table) -> list[str]:
+    """The columns a table's files are sorted by within a partition, as the pipeline's lake writer sorts them: its
+    keys less the partition columns; for aggregates, `minute` last (one page's minutes lie together)."""
+    keys = [name for name, _ in table.keys if name not in table.partition]
+    if table.merge is not None and "minute" in keys:
+        keys = [k for k in keys if k != "minute"] + ["minute"]
+    return keys
+
+
+def _write_table(root: Path, table: Table, rows: pa.Table, batch_id: int) -> list[str]:
+    """Write one batch's rows of a table as the pipeline's lake writer does: the table's exact columns, one file per
+    partition value (no partition column in the files), sorted by the table's keys, named after the batch; the
+    paths relative to the lake."""
+    import pyarrow.parquet as pq
+
+    rows = rows.select([c for c, _ in table.columns]).cast(pa.schema([(c, arrow_type(t)) for c, t in table.columns]))
+    order = [(c, "ascending") for c in sort_columns(table)]
+    parts = [("", rows)]
+    if table.partition:
+        (column,) = table.partition
+        parts = [(f"{column}={value}/", rows.filter(pc.equal(rows.column(column), value)).drop_columns([column]))
+                 for value in sorted(pc.unique(rows.column(column)).to_pylist())]
+    written = []
+    for directory, part in parts:
+        rel = f"{table.name}/{directory}part-{batch_id:05d}.parquet"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(part.sort_by(order), root / rel, row_group_size=ROW_GROUP_ROWS, write_page_index=True,
+                       max_rows_per_page=PAGE_ROWS)
+        written.append(rel)
+    return written
 
 
 # --- the same requests as stored logjam events (what the pipeline reads) ---

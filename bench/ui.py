@@ -4,8 +4,10 @@ app-envs), and DuckDB beside pyarrow datasets on the heaviest queries.
 The lake is the pipeline's over generated traffic (bench/_uilake.py), one batch per day; while this checkout's
 pipeline does not write the lake yet, the fixture writer's (the same tables and columns). Each view's call is
 timed in-process as the app serves it (the view's queries and its JSON), over random app-envs, days and minute
-ranges, after one warm-up call. --compare-engines times three queries both ways on the same files: the ranking of
-a day, a day's per-minute series, and the week's overview with its merged sketches.
+ranges, after one warm-up call; beside the wall time, the median CPU time per call (the process's, DuckDB's threads
+included), which a loaded machine inflates far less than the wall time. --compare-engines times three queries both ways on the same files: the ranking of
+a day, a day's per-minute series, and the week's overview with its merged sketches. --baseline REV times REV's
+views beside this code's over the same lake (the same calls, rounds alternating, a process per code and round).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calls", type=int, default=30, help="timed calls per view")
     p.add_argument("--dir", help="where the lake is (kept; reused when it holds one); default: a temporary one")
     p.add_argument("--compare-engines", action="store_true", help="also DuckDB beside pyarrow datasets")
+    p.add_argument("--baseline", default="", help="a git revision whose views run beside this code's over the same "
+                   "lake, each code in processes of its own, rounds alternating")
+    p.add_argument("--rounds", type=int, default=3, help="with --baseline: rounds (the calls are split among them)")
+    p.add_argument("--measure", help=argparse.SUPPRESS)  # one round of one code's calls, run by --baseline
 
 
 def build(root: Path, args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -57,10 +63,11 @@ def build(root: Path, args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return app_envs, days
 
 
-def timed(call: Callable[[], Any]) -> float:
-    started = time.perf_counter()
+def timed(call: Callable[[], Any]) -> tuple[float, float]:
+    """(wall ms, CPU ms of the process) of one call and its JSON."""
+    started, cpu = time.perf_counter(), time.process_time()
     orjson.dumps(call(), default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-    return (time.perf_counter() - started) * 1000
+    return (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
 
 
 def view_calls(views: Any, app_envs: list[str], days: list[str], rng: random.Random) -> dict[str, Callable[[], Any]]:
@@ -177,13 +184,80 @@ def compare_engines(lake_dir: Path, app_envs: list[str], days: list[str], calls:
         times: dict[str, list[float]] = {"duckdb": [], "pyarrow": []}
         duck(), arrow()  # warm-up: the files' footers
         for _ in range(calls):  # alternating, so both meet the same load
-            times["duckdb"].append(timed(duck))
-            times["pyarrow"].append(timed(arrow))
+            times["duckdb"].append(timed(duck)[0])
+            times["pyarrow"].append(timed(arrow)[0])
         rows.append([name, percentile(times["duckdb"], 0.5), percentile(times["duckdb"], 0.95),
                      percentile(times["pyarrow"], 0.5), percentile(times["pyarrow"], 0.95)])
     print("\n## DuckDB beside pyarrow datasets (ms)")
     table(["query", "duckdb p50", "duckdb p95", "pyarrow p50", "pyarrow p95"], rows)
     lake.close()
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """One round: each view's calls timed in this process (a warm-up call first), with the logport on the path."""
+    import logport
+    from logport.ui.lake import LakeReader
+    from logport.ui.views import Views
+
+    lake = LakeReader(spec["lake"])
+    views = Views(lake)
+    times: dict[str, list[tuple[float, float]]] = {}
+    for name, call in view_calls(views, spec["app_envs"], spec["days"], random.Random(spec["seed"])).items():
+        timed(call)
+        times[name] = [timed(call) for _ in range(spec["calls"])]
+    lake.close()
+    return {"logport": logport.__file__, "times": times}
+
+
+def figures(name: str, samples: list[tuple[float, float]]) -> list[Any]:
+    """A view's row: p50 and p95 of the wall time, median CPU time."""
+    wall = [w for w, _ in samples]
+    return [name, percentile(wall, 0.5), percentile(wall, 0.95), percentile([c for _, c in samples], 0.5)]
+
+
+def run_beside_baseline(root: Path, args: argparse.Namespace, app_envs: list[str], days: list[str]) -> None:
+    """This code's views and the baseline's over the same lake, each round in a process per code (the same calls
+    for both: the same seed), the order alternating between rounds."""
+    import json
+    import os
+    import subprocess
+
+    from _common import baseline_tree, remove_baseline_tree
+
+    tree = baseline_tree(args.baseline, root)
+    codes = [("this", ""), (args.baseline, str(tree / "src"))]
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {label: {} for label, _ in codes}
+    loads = []
+    try:
+        for r in range(args.rounds):
+            loads.append(load_average().split()[0])
+            for label, path in codes if r % 2 == 0 else list(reversed(codes)):
+                spec = {"lake": str(root / "lake"), "app_envs": app_envs, "days": days, "seed": r,
+                        "calls": max(1, args.calls // args.rounds)}
+                env = {**os.environ, "PYTHONPATH": path} if path else dict(os.environ)
+                done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], env=env,
+                                      stdout=subprocess.PIPE, check=True)
+                found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+                print(f"# round {r + 1}, {label}: logport from {found['logport']}", flush=True)
+                for name, values in found["times"].items():
+                    times[label].setdefault(name, []).extend(tuple(v) for v in values)
+    finally:
+        remove_baseline_tree(tree)
+    print(f"\n## {args.requests:,} requests, {args.days} days, {args.app_envs} app-envs; this code beside "
+          f"{args.baseline}, {args.rounds} rounds of {max(1, args.calls // args.rounds)} calls per view; load average "
+          f"(1 min) per round {' '.join(loads)}")
+    this, base = times["this"], times[args.baseline]
+    rows = [figures(name, this[name]) + figures(name, base[name])[1:] for name in this]
+    table(["view", "p50 ms", "p95 ms", "cpu p50", f"{args.baseline} p50", f"{args.baseline} p95",
+           f"{args.baseline} cpu p50"], rows)
+    summarise(rows)
+
+
+def summarise(rows: list[list[Any]]) -> None:
+    slowest = max(rows, key=lambda r: r[2])
+    over = [r[0] for r in rows if r[2] > BUDGET_MS]
+    print(f"\nslowest: {slowest[0]} (p95 {slowest[2]:.0f} ms); "
+          + (f"over {BUDGET_MS:.0f} ms: {', '.join(over)}" if over else f"every view's p95 under {BUDGET_MS:.0f} ms"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,25 +269,34 @@ def run(args: argparse.Namespace) -> int:
     root.mkdir(parents=True, exist_ok=True)
     try:
         app_envs, days = build(root, args)
+        if args.baseline:
+            run_beside_baseline(root, args, app_envs, days)
+            return 0
         lake = LakeReader(root / "lake")
         views = Views(lake)
         rng = random.Random(1)
         rows = []
         for name, call in view_calls(views, app_envs, days, rng).items():
             timed(call)  # warm-up
-            times = [timed(call) for _ in range(args.calls)]
-            rows.append([name, percentile(times, 0.5), percentile(times, 0.95)])
+            rows.append(figures(name, [timed(call) for _ in range(args.calls)]))
         lake.close()
         print(f"\n## {args.requests:,} requests, {args.days} days, {args.app_envs} app-envs; {args.calls} calls per "
               f"view; load average {load_average()}")
-        table(["view", "p50 ms", "p95 ms"], rows)
-        slowest = max(rows, key=lambda r: r[2])
-        over = [r[0] for r in rows if r[2] > BUDGET_MS]
-        print(f"\nslowest: {slowest[0]} (p95 {slowest[2]:.0f} ms); "
-              + (f"over {BUDGET_MS:.0f} ms: {', '.join(over)}" if over else f"every view's p95 under {BUDGET_MS:.0f} ms"))
+        table(["view", "p50 ms", "p95 ms", "cpu p50"], rows)
+        summarise(rows)
         if args.compare_engines:
             compare_engines(root / "lake", app_envs, days, args.calls)
         return 0
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    parsed = parser.parse_args()
+    if parsed.measure:
+        print(orjson.dumps(measure(orjson.loads(parsed.measure))).decode())
+        sys.exit(0)
+    sys.exit(run(parsed))

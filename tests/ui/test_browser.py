@@ -195,6 +195,9 @@ def test_click_path_from_the_overview_to_a_slow_requests_log_lines(ui: str, page
     page.click("#requests tbody tr:first-child a.request")
     page.wait_for_url("**/request?*")
     loaded(page)
+    # started_at as the agent sent it (shop-production's producers are at +01:00), the UTC instant beside it
+    title = page.locator("h1").inner_text()
+    assert "+01:00" in title and title.endswith(" UTC"), title
     lines = page.locator("#log-lines .line")
     assert lines.count() >= 2
     assert "Completed" in lines.last.inner_text() or "went wrong" in lines.last.inner_text()

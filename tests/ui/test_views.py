@@ -4,6 +4,7 @@ stored requests behind a count, minute ranges."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterator
@@ -12,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from logport.lake import sketch
+from logport.lake.log import FORMAT, LAKE_FILE
 from logport.lake.sketch import RELATIVE_ERROR
 from logport.ui.lake import LakeReader
 from logport.ui.timerange import TimeRange
-from logport.ui.views import Stream, ViewError, Views
+from logport.ui.views import Stream, ViewError, Views, ms
 
 SHOP = Stream("shop", "production")
 
@@ -171,6 +174,21 @@ def test_bad_parameters_say_what_is_expected(views: Views) -> None:
         views.requests(SHOP, r, reason="odd")
 
 
+@pytest.mark.parametrize("basis", ["local", "utc"])
+def test_meta_says_the_lakes_time_basis(tmp_path: Path, basis: str) -> None:
+    (tmp_path / LAKE_FILE).write_text(json.dumps({"format": FORMAT, "time_basis": basis}))
+    lake = LakeReader(tmp_path)
+    try:
+        assert Views(lake).meta()["time"] == basis
+    finally:
+        lake.close()
+
+
+def test_queries_read_each_footer_once(views: Views) -> None:
+    # each query runs on a cursor of its own: the footer cache must be set for all of them, not the first connection
+    assert views.lake.query("SELECT current_setting('parquet_metadata_cache')") == [(True,)]
+
+
 def test_logs_new_and_growing_patterns_first(views: Views) -> None:
     got = views.logs(TimeRange.parse("2026-11-21", None, None, None))
     rows = got["patterns"]["rows"]
@@ -183,3 +201,76 @@ def test_history_one_row_per_day(views: Views, generated: Any) -> None:
     got = views.history(SHOP, TimeRange.parse(None, "2026-11-01", "2026-11-21", None))
     assert [x["date"] for x in got["rows"]] == ["2026-11-20", "2026-11-21"]
     assert [x["count"] for x in got["rows"]] == [1500, 1500]
+
+
+def lake_sketches(fixture_lake: Path, column: str, stream: Stream, r: TimeRange, interval: int,
+                  page: str = "all_pages") -> dict[int, dict[int, int]]:
+    """Per slot, the rows' sketches of the lake summed in plain Python (sketch.merge): what the views merge."""
+    lake = LakeReader(fixture_lake)
+    try:
+        d0, m0, d1, m1 = r.bounds()
+        found: dict[int, list[dict[int, int]]] = defaultdict(list)
+        for day, minute, counts in lake.query(
+                f"SELECT date, minute, {column} FROM {lake.source('minutes', r.days)} WHERE app = ? AND env = ? "
+                "AND page = ?", [stream.app, stream.env, page]):
+            if (d0, m0) <= (day, minute) < (d1, m1):
+                found[(ms(day, minute) // 60_000) // interval * interval].append(counts)
+        return {slot: sketch.merge(maps) for slot, maps in found.items()}
+    finally:
+        lake.close()
+
+
+@pytest.mark.parametrize(("start", "end", "interval"), [
+    ("2026-11-21T10:00", "2026-11-21T11:30", 1), ("2026-11-20T20:00", "2026-11-21T04:00", 5),
+    ("2026-11-20T00:00", "2026-11-22T00:00", 60)])
+def test_series_percentiles_per_slot_are_the_merged_sketches(views: Views, fixture_lake: Path, generated: Any,
+                                                             start: str, end: str, interval: int) -> None:
+    r = TimeRange.parse(None, start, end, None)
+    series = views.series(SHOP, r, interval)
+    merged = lake_sketches(fixture_lake, "total_time_sketch", SHOP, r, interval)
+    values: dict[int, list[float]] = defaultdict(list)
+    for row in requests_in(generated, SHOP, r):
+        values[(ms(row["date"], row["minute"]) // 60_000) // interval * interval].append(row["total_time"])
+    assert set(values) == {t // 60_000 for t, n in zip(series["times"], series["requests"], strict=True) if n}
+    for i, t in enumerate(series["times"]):
+        slot = t // 60_000
+        for q in (50, 95, 99):
+            got = series[f"p{q}"][i]
+            assert got == sketch.quantile(merged.get(slot, {}), q / 100)  # exactly: the same buckets summed
+            if slot in values:
+                exact = nearest_rank(values[slot], q / 100)
+                assert abs(got - exact) <= RELATIVE_ERROR * exact * 1.0001
+
+
+def test_frontend_percentiles_per_slot(views: Views, fixture_lake: Path) -> None:
+    r = TimeRange.parse(None, "2026-11-21T06:00", "2026-11-21T12:00", None)
+    got = views.frontend(SHOP, r, interval=30)["series"]
+    for resource in ("page_time", "ajax_time"):
+        merged = lake_sketches(fixture_lake, f"{resource}_sketch", SHOP, r, 30)
+        assert any(merged.values())
+        for i, t in enumerate(got["times"]):
+            for q in (50, 95):
+                assert got[f"{resource}_p{q}"][i] == sketch.quantile(merged.get(t // 60_000, {}), q / 100)
+
+
+def test_history_p95_per_day(views: Views, generated: Any) -> None:
+    got = views.history(SHOP, TimeRange.parse(None, "2026-11-20", "2026-11-21", None))
+    for row in got["rows"]:
+        day = TimeRange.parse(row["date"], None, None, None)
+        exact = nearest_rank([x["total_time"] for x in requests_in(generated, SHOP, day)], 0.95)
+        assert abs(row["p95"] - exact) <= RELATIVE_ERROR * exact * 1.0001
+
+
+def test_resources_no_request_carried_are_not_read(views: Views, generated: Any) -> None:
+    """The generator fills a few of logjam's resources: the others are null in every file, left out of the queries
+    and of the summary; the ones it fills add up."""
+    valued = views.lake.columns_with_values("minutes")
+    assert {"total_time", "db_time", "total_time_sketch", "response", "app", "date"} <= valued
+    assert not {"gc_time", "redis_calls", "soft_exceptions", "senders"} & valued
+    r = TimeRange.parse("2026-11-21", None, None, None)
+    summary = views.summary(SHOP, r)
+    listed = {x["resource"] for group in summary["resources"].values() for x in group}
+    assert "gc_time" not in listed and "db_time" in listed
+    db = next(x for x in summary["resources"]["time"] if x["resource"] == "db_time")
+    assert db["sum"] == pytest.approx(sum(row["db_time"] for row in requests_in(generated, SHOP, r)))
+    assert summary["soft_exceptions"] == {"rows": [], "total": 0, "cut": False}

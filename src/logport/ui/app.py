@@ -72,6 +72,13 @@ def shell(view: str, title: str) -> str:
 <script src="/static/echarts.min.js"></script><script src="/static/app.js"></script></body></html>"""
 
 
+def require_charts() -> None:
+    """The pages draw with ECharts, copied into the package at build time: without it they would load blank."""
+    if not ECHARTS.exists():
+        raise LogportError(f"the charts library is not in this install ({ECHARTS} is missing): run `make ui-assets` "
+                           "in logport's checkout (it installs npm's packages, so it needs npm) and start again")
+
+
 def token_of(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
@@ -86,9 +93,7 @@ def token_of(request: Request) -> str | None:
 
 def create_app(lake_dir: str | Path, servers: list[str] | None = None, token: str | None = None,
                live_token: str = "") -> FastAPI:
-    if not ECHARTS.exists():
-        raise LogportError(f"{ECHARTS} is missing: the charts library is copied there at build time "
-                           "(`make setup`, or `npm ci` then `make ui-assets`)")
+    require_charts()
     lake = LakeReader(lake_dir)
     views = Views(lake)
     feed = LiveFeed(servers or [], token=live_token)

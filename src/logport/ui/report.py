@@ -12,8 +12,7 @@ from typing import Any
 
 import orjson
 
-from logport.errors import LogportError
-from logport.ui.app import ECHARTS, STATIC, _default
+from logport.ui.app import ECHARTS, STATIC, _default, require_charts
 from logport.ui.lake import LakeReader
 from logport.ui.timerange import TimeRange
 from logport.ui.views import Stream, Views
@@ -41,8 +40,7 @@ def report_data(lake_dir: str | Path) -> dict[str, Any]:
 
 def write_report(lake_dir: str | Path, report_path: str | Path) -> Path:
     """Write the report of a lake (written to a temporary name, then renamed)."""
-    if not ECHARTS.exists():
-        raise LogportError(f"{ECHARTS} is missing: the charts library is copied there at build time")
+    require_charts()
     data = report_data(lake_dir)
     data["written"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     data["lake"] = str(lake_dir)

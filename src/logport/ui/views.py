@@ -18,8 +18,9 @@ from typing import Any
 
 from logport.errors import LogportError
 from logport.lake import sketch
+from logport.ui import merge
 from logport.ui.lake import LakeReader
-from logport.ui.timerange import TimeRange
+from logport.ui.timerange import DAY, TimeRange
 
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 SORTS = ("sum", "avg", "stddev", "max", "count", "apdex", "errors")
@@ -71,10 +72,6 @@ def apdex_score(satisfied: int | None, tolerating: int | None, n: int | None) ->
     if not n:
         return None
     return ((satisfied or 0) + (tolerating or 0) / 2) / n
-
-
-def percentiles(counts: Mapping[int, int]) -> dict[str, float | None]:
-    return {f"p{round(q * 100)}": sketch.quantile(counts, q) for q in PERCENTILES}
 
 
 class Views:
@@ -132,36 +129,33 @@ class Views:
     def slot_sql(self, interval: int) -> str:
         return f"((epoch(CAST(date AS DATE))::BIGINT // 60 + minute) // {interval} * {interval})"
 
-    def _map_sums(self, table: str, r: TimeRange, column: str, where: str, params: list[Any],
-                  group: str | None = None, force_minutes: bool = False) -> dict[Any, dict[Any, int]]:
-        """Sum of a map column key by key (per group, when given)."""
-        return self._maps(table, r, (column,), where, params, group, force_minutes)[column]
-
-    def _maps(self, table: str, r: TimeRange, columns: Sequence[str], where: str, params: list[Any],
-              group: str | None = None, force_minutes: bool = False) -> dict[str, dict[Any, dict[Any, int]]]:
-        """Sums of several map columns key by key (per group, when given), in one scan of the files: each row's
-        entries of every column as (column, key, value), unnested and grouped."""
-        found: dict[str, dict[Any, dict[Any, int]]] = {c: {} for c in columns}
+    def _grouped(self, table: str, r: TimeRange, select: str, where: str, params: list[Any],
+                 group: str | None = None, sketches: Mapping[str, Sequence[float]] | None = None,
+                 counters: Sequence[str] = (), force_minutes: bool = False) -> list[dict[str, Any]]:
+        """Rows of `select` per group (`g`: the group's value), and in the same scan of the files each group's maps:
+        for every sketch column its quantiles ({"p50": ...}, merge.quantiles: the sketches summed key by key), for
+        every counter map its sum key by key. Map columns without a value in the files are not read."""
+        sketches = sketches or {}
         name = "minutes" if force_minutes or not r.whole_days else table
         source = self.lake.source(name, r.days)
         if source is None:
-            return found
-        if len(columns) == 1:  # one map: its keys and values unnested side by side (half the time of entries)
-            c = _q(columns[0])
-            for gv, key, n in self.lake.query(
-                    f"SELECT g, k, sum(v) FROM (SELECT {group or 'NULL'} AS g, unnest(map_keys({c})) AS k, "
-                    f"unnest(map_values({c})) AS v FROM {source} WHERE {where}) GROUP BY ALL", params):
-                found[columns[0]].setdefault(gv, {})[key] = int(n)
-            return found
-        entries = " || ".join(
-            f"coalesce(list_transform(map_entries({_q(c)}), lambda e: {{'m': {i}, 'k': CAST(e.key AS VARCHAR), "
-            f"'v': e.value}}), [])" for i, c in enumerate(columns))
-        numeric = [c.endswith(("_hist", "_sketch")) for c in columns]
-        for gv, m, key, n in self.lake.query(
-                f"SELECT g, e.m, e.k, sum(e.v) FROM (SELECT {group or 'NULL'} AS g, unnest({entries}) AS e "
-                f"FROM {source} WHERE {where}) GROUP BY ALL", params):
-            found[columns[m]].setdefault(gv, {})[int(key) if numeric[m] else key] = int(n)
-        return found
+            return []
+        valued = self.lake.columns_with_values(name, r.days)
+        read = [c for c in (*sketches, *counters) if c in valued]
+        columns = [f"{group or 'NULL'} AS g", *([select] if select else []),
+                   *(f"list({_q(c)}) FILTER (WHERE {_q(c)} IS NOT NULL) AS {_q(c)}" for c in read)]
+        found = self.lake.query_arrow(f"SELECT {', '.join(columns)} FROM {source} WHERE {where} GROUP BY ALL", params)
+        rows = found.drop_columns(read).to_pylist()
+        for column, qs in sketches.items():
+            merged: list[list[float | None]] = (merge.quantiles(found.column(column), qs) if column in read
+                                                else [[None] * len(qs) for _ in rows])
+            for row, values in zip(rows, merged, strict=True):
+                row[column] = {f"p{round(q * 100)}": v for q, v in zip(qs, values, strict=True)}
+        for column in counters:
+            sums = merge.counters(found.column(column)) if column in read else [{} for _ in rows]
+            for row, counts in zip(rows, sums, strict=True):
+                row[column] = counts
+        return rows
 
     def _series_slots(self, r: TimeRange, interval: int) -> list[int]:
         start = int(r.start.replace(tzinfo=dt.UTC).timestamp() // 60)
@@ -188,7 +182,7 @@ class Views:
                 streams.append({"app": app, "env": env, "dates": dates})
         return {"streams": streams, "dates": self.lake.dates("totals") or self.lake.dates("log_minutes"),
                 "log_dates": self.lake.dates("log_minutes"), "resources": self.resources.as_json(),
-                "time": self.lake.info.get("time", "local")}
+                "time": self.lake.info.get("time_basis", "local")}
 
     def default_day(self) -> str | None:
         dates = self.lake.dates("totals") or self.lake.dates("log_minutes")
@@ -199,19 +193,19 @@ class Views:
     def overview(self, r: TimeRange) -> dict[str, Any]:
         table, _, per_minute = self._aggregate(r, False)
         where, params = self._where(None, r, per_minute, "all")
-        rows = self._rows(table, r, "app, env, sum(count) AS count, sum(apdex_satisfied) AS sat, "
-                          "sum(apdex_tolerating) AS tol, sum(page_count) AS page_count, "
-                          "sum(papdex_satisfied) AS psat, sum(papdex_tolerating) AS ptol, sum(ajax_count) AS "
-                          "ajax_count, sum(xapdex_satisfied) AS xsat, sum(xapdex_tolerating) AS xtol, "
-                          f"{self._severity_sum((3, 4))} AS errors, {self._severity_sum((2,))} AS warnings, "
-                          f"{self._code_sum('5')} AS c5xx, {self._code_sum('4')} AS c4xx, "
-                          "sum(coalesce(list_sum(map_values(exceptions)), 0)) AS exceptions, "
-                          "sum(total_time) AS total_time", where, params, "GROUP BY app, env")
-        sketches = self._map_sums(table, r, "total_time_sketch", where, params, "app || '-' || env")
+        rows = self._grouped(table, r, "app, env, sum(count) AS count, sum(apdex_satisfied) AS sat, "
+                             "sum(apdex_tolerating) AS tol, sum(page_count) AS page_count, "
+                             "sum(papdex_satisfied) AS psat, sum(papdex_tolerating) AS ptol, sum(ajax_count) AS "
+                             "ajax_count, sum(xapdex_satisfied) AS xsat, sum(xapdex_tolerating) AS xtol, "
+                             f"{self._severity_sum((3, 4))} AS errors, {self._severity_sum((2,))} AS warnings, "
+                             f"{self._code_sum('5')} AS c5xx, {self._code_sum('4')} AS c4xx, "
+                             "sum(coalesce(list_sum(map_values(exceptions)), 0)) AS exceptions, "
+                             "sum(total_time) AS total_time", where, params,
+                             sketches={"total_time_sketch": (0.5, 0.95)})
         out = []
         for row in rows:
             n = int(row["count"] or 0)
-            merged = sketches.get(f"{row['app']}-{row['env']}", {})
+            found = row["total_time_sketch"]
             out.append({
                 "app": row["app"], "env": row["env"], "count": n,
                 "apdex": apdex_score(row["sat"], row["tol"], n),
@@ -220,7 +214,7 @@ class Views:
                 "errors": int(row["errors"] or 0), "warnings": int(row["warnings"] or 0),
                 "exceptions": int(row["exceptions"] or 0), "5xx": int(row["c5xx"] or 0),
                 "4xx": int(row["c4xx"] or 0), "error_rate": 100 * (row["c5xx"] or 0) / n if n else None,
-                "p95": sketch.quantile(merged, 0.95), "p50": sketch.quantile(merged, 0.5),
+                "p95": found.get("p95"), "p50": found.get("p50"),
                 "avg": (row["total_time"] or 0) / n if n else None,
             })
         out.sort(key=lambda x: (x["apdex"] is None, x["apdex"] or 0))  # worst apdex first, as logjam's leaders
@@ -240,16 +234,22 @@ class Views:
     def series(self, stream: Stream, r: TimeRange, interval: int, page: str = "all_pages") -> dict[str, Any]:
         """Per slot of `interval` minutes: requests per minute, apdex, p50/p95/p99 of total_time, 4xx/5xx and
         exceptions per minute, avg total_time; slots without rows are gaps (null)."""
+        return self._series(stream, r, interval, page)[0]
+
+    def _series(self, stream: Stream, r: TimeRange, interval: int, page: str = "all_pages",
+                heatmap: bool = False) -> tuple[dict[str, Any], dict[int, dict[int, int]]]:
+        """The series, and with `heatmap` the total_time histogram per slot, from one scan of the minutes."""
         where, params = self._where(stream, r, True, scope_of(page), page)
-        slot = self.slot_sql(interval)
-        rows = self._rows("minutes", r, f"{slot} AS slot, sum(count) AS count, sum(apdex_satisfied) AS sat, "
-                          f"sum(apdex_tolerating) AS tol, {self._code_sum('4')} AS c4xx, "
-                          f"{self._code_sum('5')} AS c5xx, "
-                          "sum(coalesce(list_sum(map_values(exceptions)), 0)) AS exceptions, "
-                          "sum(total_time) AS total_time", where, params, "GROUP BY slot", force_minutes=True)
-        sketches = self._map_sums("minutes", r, "total_time_sketch", where, params, slot, force_minutes=True)
+        rows = self._grouped("minutes", r, "sum(count) AS count, sum(apdex_satisfied) AS sat, "
+                             f"sum(apdex_tolerating) AS tol, {self._code_sum('4')} AS c4xx, "
+                             f"{self._code_sum('5')} AS c5xx, "
+                             "sum(coalesce(list_sum(map_values(exceptions)), 0)) AS exceptions, "
+                             "sum(total_time) AS total_time", where, params, self.slot_sql(interval),
+                             {"total_time_sketch": (0.5, 0.95, 0.99)}, ("total_time_hist",) if heatmap else (),
+                             force_minutes=True)
         slots = self._series_slots(r, interval)
-        by_slot = {int(row["slot"]): row for row in rows if row["count"]}
+        by_slot = {int(row["g"]): row for row in rows if row["count"]}
+        hist = {int(row["g"]): row["total_time_hist"] for row in rows if row.get("total_time_hist")}
 
         def column(f: Any) -> list[Any]:
             return self._fill(slots, {s: f(row, s) for s, row in by_slot.items()})
@@ -259,32 +259,32 @@ class Views:
             "requests": column(lambda row, s: row["count"] / interval),
             "apdex": column(lambda row, s: apdex_score(row["sat"], row["tol"], row["count"])),
             "avg": column(lambda row, s: (row["total_time"] or 0) / row["count"]),
-            **{f"p{q}": column(lambda row, s, q=q: sketch.quantile(sketches.get(s, {}), q / 100))
-               for q in (50, 95, 99)},
+            **{f"p{q}": column(lambda row, s, q=q: row["total_time_sketch"][f"p{q}"]) for q in (50, 95, 99)},
             "4xx": column(lambda row, s: row["c4xx"] / interval),
             "5xx": column(lambda row, s: row["c5xx"] / interval),
             "exceptions": column(lambda row, s: row["exceptions"] / interval),
-        }
+        }, hist
 
     def summary(self, stream: Stream, r: TimeRange, page: str = "all_pages") -> dict[str, Any]:
         """The range's counters for one page (all_pages: the app-env): apdex buckets, response classes,
         problems, percentiles, every resource's sum/avg/stddev/max by group."""
         table, _, per_minute = self._aggregate(r, False)
         where, params = self._where(stream, r, per_minute, scope_of(page), page)
-        names = self.resources.names
+        valued = self.lake.columns_with_values(table, r.days)
+        names = [n for n in self.resources.names if n in valued]  # the others are null in every file
         select = ["sum(count) AS count", "sum(page_count) AS page_count", "sum(ajax_count) AS ajax_count",
                   "sum(frontend_count) AS frontend_count"]
         select += [f"sum({f}_{b}) AS {f}_{b}" for f in APDEX_FAMILY_COUNT
                    for b in ("happy", "satisfied", "tolerating", "frustrated")]
         select += [f"sum({_q(n)}) AS {_q(n)}, sum({_q(n + '_sq')}) AS {_q(n + '_sq')}, "
                    f"max({_q(n + '_max')}) AS {_q(n + '_max')}" for n in names]
-        rows = self._rows(table, r, ", ".join(select), where, params)
+        counters = ("response", "severity", "exceptions", "soft_exceptions", "callers", "senders")
+        rows = self._grouped(table, r, ", ".join(select), where, params, None, {"total_time_sketch": PERCENTILES},
+                             counters)
         row = rows[0] if rows else {}
         n = int(row.get("count") or 0)
-        maps = {m: found.get(None, {}) for m, found in self._maps(
-            table, r, ("response", "severity", "exceptions", "soft_exceptions", "callers", "senders",
-                       "total_time_sketch"), where, params).items()}
-        total_sketch = maps["total_time_sketch"]
+        maps = {m: row.get(m, {}) for m in counters}
+        quantiles = row.get("total_time_sketch", {})
         severity = maps["severity"]
         classes: dict[str, int] = {}
         for code, count in maps["response"].items():
@@ -313,7 +313,8 @@ class Views:
                          "soft_exceptions": sum(maps["soft_exceptions"].values())},
             "severity": severity, "exceptions": _top(maps["exceptions"]), "soft_exceptions": _top(maps["soft_exceptions"]),
             "callers": _top(maps["callers"]), "senders": _top(maps["senders"]),
-            "percentiles": percentiles(total_sketch), "resources": resources,
+            "percentiles": {f"p{round(q * 100)}": quantiles.get(f"p{round(q * 100)}") for q in PERCENTILES},
+            "resources": resources,
         }
 
     def dashboard(self, stream: Stream, r: TimeRange, interval: int | None = None) -> dict[str, Any]:
@@ -368,14 +369,12 @@ class Views:
 
     def action(self, stream: Stream, page: str, r: TimeRange, interval: int | None = None) -> dict[str, Any]:
         interval = interval or r.auto_interval()
-        where, params = self._where(stream, r, True, scope_of(page), page)
-        slot = self.slot_sql(interval)
-        hist = self._map_sums("minutes", r, "total_time_hist", where, params, slot, force_minutes=True)
+        series, hist = self._series(stream, r, interval, page, heatmap=True)
         cells = [[s * 60_000, int(k), n] for s, counts in sorted(hist.items()) for k, n in sorted(counts.items())]
         top = max((c[1] for c in cells), default=0)
         return {
             "stream": {"app": stream.app, "env": stream.env}, "page": page, "range": r.query(),
-            "summary": self.summary(stream, r, page), "series": self.series(stream, r, interval, page),
+            "summary": self.summary(stream, r, page), "series": series,
             "heatmap": {"cells": cells, "buckets": [_bound(b) for b in sketch.HIST_BOUNDS[: top + 1]],
                         "interval": interval},
             "distribution": self.distribution(stream, page, r),
@@ -496,7 +495,7 @@ class Views:
             fields = json.loads(row.pop("fields") or "null")
         except ValueError:
             fields = None
-        row["time"] = row["time"].isoformat() if isinstance(row.get("time"), dt.datetime) else row.get("time")
+        row["time"] = _iso(row.get("time"))  # the UTC instant (started_at is the producer's wall time, as sent)
         js = []
         if row.get("request_id"):
             js_source = self.lake.source("js_exceptions", [day])
@@ -515,8 +514,10 @@ class Views:
         slot = self.slot_sql(interval)
         out: dict[str, Any] = {"interval": interval, "range": r.query()}
         slots = self._series_slots(r, interval)
-        maps = self._maps("minutes", r, ("exceptions", "soft_exceptions"), where, params, slot, force_minutes=True)
-        for kind, per_slot in maps.items():
+        rows = self._grouped("minutes", r, "", where, params, slot, counters=("exceptions", "soft_exceptions"),
+                             force_minutes=True)
+        for kind in ("exceptions", "soft_exceptions"):
+            per_slot = {int(row["g"]): row[kind] for row in rows if row[kind]}
             totals: dict[str, int] = {}
             for counts in per_slot.values():
                 for name, n in counts.items():
@@ -529,7 +530,8 @@ class Views:
 
     def js_errors(self, stream: Stream, r: TimeRange, limit: int = LIMIT) -> dict[str, Any]:
         where, params = self._where(stream, r, True, "all")
-        counts = self._map_sums("minutes", r, "js_exceptions", where, params, force_minutes=True).get(None, {})
+        found = self._grouped("minutes", r, "", where, params, counters=("js_exceptions",), force_minutes=True)
+        counts = found[0]["js_exceptions"] if found else {}
         source = self.lake.source("js_exceptions", r.days)
         rows: list[dict[str, Any]] = []
         total = 0
@@ -551,23 +553,22 @@ class Views:
         slot = self.slot_sql(interval)
         fam = ", ".join(f"sum({f}_satisfied) AS {f}_s, sum({f}_tolerating) AS {f}_t"
                         for f in ("fapdex", "papdex", "xapdex"))
-        rows = self._rows("minutes", r, f"{slot} AS slot, sum(page_count) AS page_count, sum(ajax_count) AS "
-                          f"ajax_count, sum(frontend_count) AS frontend_count, {fam}", where, params,
-                          "GROUP BY slot", force_minutes=True)
+        quantiles = {"page_time_sketch": (0.5, 0.95), "ajax_time_sketch": (0.5, 0.95)}
+        rows = self._grouped("minutes", r, f"sum(page_count) AS page_count, sum(ajax_count) AS ajax_count, "
+                             f"sum(frontend_count) AS frontend_count, {fam}", where, params, slot, quantiles,
+                             force_minutes=True)
         slots = self._series_slots(r, interval)
-        by_slot = {int(row["slot"]): row for row in rows if row["frontend_count"]}
+        by_slot = {int(row["g"]): row for row in rows if row["frontend_count"]}
         series: dict[str, Any] = {"times": [s * 60_000 for s in slots], "interval": interval}
         for name, counter in (("fapdex", "frontend_count"), ("papdex", "page_count"), ("xapdex", "ajax_count")):
             series[name] = self._fill(slots, {s: apdex_score(row[f"{name}_s"], row[f"{name}_t"], row[counter])
                                               for s, row in by_slot.items()})
         series["page_count"] = self._fill(slots, {s: row["page_count"] / interval for s, row in by_slot.items()})
         series["ajax_count"] = self._fill(slots, {s: row["ajax_count"] / interval for s, row in by_slot.items()})
-        maps = self._maps("minutes", r, ("page_time_sketch", "ajax_time_sketch"), where, params, slot,
-                          force_minutes=True)
         for resource in ("page_time", "ajax_time"):
-            per_slot = maps[f"{resource}_sketch"]
-            series[f"{resource}_p50"] = self._fill(slots, {s: sketch.quantile(c, 0.5) for s, c in per_slot.items()})
-            series[f"{resource}_p95"] = self._fill(slots, {s: sketch.quantile(c, 0.95) for s, c in per_slot.items()})
+            for p in ("p50", "p95"):
+                series[f"{resource}_{p}"] = self._fill(slots, {int(row["g"]): row[f"{resource}_sketch"][p]
+                                                               for row in rows})
         pages = self.actions(stream, r, resource="page_time", sort="sum")
         agents_source = self.lake.source("agents", r.days)
         agents: list[dict[str, Any]] = []
@@ -607,25 +608,24 @@ class Views:
     def history(self, stream: Stream, r: TimeRange) -> dict[str, Any]:
         """One row per day: requests, apdex, papdex, xapdex, errors, warnings, exceptions, 5xx, availability,
         error rate, p95, and the average of every backend time resource."""
-        source = self.lake.source("totals", r.days)
-        if source is None:
+        days = TimeRange(r.start.replace(hour=0, minute=0), dt.datetime.strptime(r.days[-1], "%Y-%m-%d") + DAY)
+        if not self.lake.files("totals", days.days):
             return {"rows": [], "resources": []}
-        sql = source
-        times = [n for n in self.resources.groups.get("time", ())]
-        select = ", ".join(f"sum({_q(n)}) AS {_q(n)}" for n in times)
-        rows = self.lake.query_dicts(
-            f"SELECT date, sum(count) AS count, sum(apdex_satisfied) AS a_s, sum(apdex_tolerating) AS a_t, "
+        valued = self.lake.columns_with_values("totals", days.days)
+        times = [n for n in self.resources.groups.get("time", ()) if n in valued]
+        select = "".join(f", sum({_q(n)}) AS {_q(n)}" for n in times)
+        rows = sorted(self._grouped(
+            "totals", days, f"sum(count) AS count, sum(apdex_satisfied) AS a_s, sum(apdex_tolerating) AS a_t, "
             f"sum(page_count) AS page_count, sum(papdex_satisfied) AS p_s, sum(papdex_tolerating) AS p_t, "
             f"sum(ajax_count) AS ajax_count, sum(xapdex_satisfied) AS x_s, sum(xapdex_tolerating) AS x_t, "
             f"{self._severity_sum((3, 4))} AS errors, {self._severity_sum((2,))} AS warnings, "
-            f"{self._code_sum('5')} AS c5xx, sum(coalesce(list_sum(map_values(exceptions)), 0)) AS exceptions, "
-            f"{select} FROM {sql} WHERE app = ? AND env = ? AND scope = 'all' GROUP BY date ORDER BY date",
-            [stream.app, stream.env])
-        sketches = self._map_sums("totals", TimeRange(r.start.replace(hour=0, minute=0), r.end), "total_time_sketch",
-                                  "app = ? AND env = ? AND scope = 'all'", [stream.app, stream.env], "date")
+            f"{self._code_sum('5')} AS c5xx, sum(coalesce(list_sum(map_values(exceptions)), 0)) AS exceptions"
+            f"{select}", "app = ? AND env = ? AND scope = 'all'", [stream.app, stream.env], "date",
+            {"total_time_sketch": (0.95,)}), key=lambda row: row["g"])
         out = []
         used = [n for n in times if any(row[n] is not None for row in rows)]
         for row in rows:
+            row["date"] = row["g"]
             n = int(row["count"] or 0)
             out.append({"date": row["date"], "time": ms(row["date"], 0), "count": n,
                         "apdex": apdex_score(row["a_s"], row["a_t"], n),
@@ -635,7 +635,7 @@ class Views:
                         "exceptions": int(row["exceptions"] or 0), "5xx": int(row["c5xx"] or 0),
                         "availability": 100 - 100 * (row["c5xx"] or 0) / n if n else None,
                         "error_rate": 100 * (row["c5xx"] or 0) / n if n else None,
-                        "p95": sketch.quantile(sketches.get(row["date"], {}), 0.95),
+                        "p95": row["total_time_sketch"]["p95"],
                         "avg": {name: (row[name] or 0) / n if n and row[name] is not None else None
                                 for name in used}})
         return {"rows": out, "resources": used, "range": r.query()}

@@ -258,10 +258,16 @@ async function api(view, extra) {
 // where show() draws: the page's main element, or in the report the section being written
 let target = null;
 
+// title: the page's heading, or [heading, a note shown beside it in smaller type]
 function show(title, ...children) {
-  if (!target) document.title = `${title} · logport`;
-  (target || document.getElementById("main")).replaceChildren(h("h1", {}, title), ...children);
+  const [text, beside] = Array.isArray(title) ? title : [title, null];
+  if (!target) document.title = `${text} · logport`;
+  (target || document.getElementById("main")).replaceChildren(
+    h("h1", {}, text, beside ? h("span", {class: "beside"}, beside) : null), ...children);
 }
+
+// a timestamp as written (ISO 8601) for reading: "2026-11-21 19:13:33.669 +01:00"
+const stamp = (text) => (text || "").replace("T", " ").replace(/(\.\d{3})\d*/, "$1").replace(/ ?(Z|[+-]\d\d:?\d\d)$/, " $1");
 
 // --- the views ---
 
@@ -435,7 +441,8 @@ VIEWS.request = (d) => {
   const metrics = Object.entries(d.metrics).map(([group, rows]) => section(`${group}`,
     table([["resource", "resource"], ["value", (m) => num(m.value), {num: true}]], rows)));
   const raw = d.raw;
-  show(`${r.page} · ${r.started_at || ""}`,
+  // logjam shows started_at as the agent sent it (its wall time and offset); the UTC instant beside it
+  show([`${r.page} · ${stamp(r.started_at) || "–"}`, r.time ? `${stamp(r.time).replace(/ (Z|[+-]00:?00)$/, "")} UTC` : null],
     cards([["total_time", msf(r.total_time)], ["code", r.response_code], ["severity", SEVERITY[r.severity] || r.severity],
       ["request id", r.request_id || "–"], ["reasons", (r.reasons || []).join(" ")]]),
     h("p", {}, a("action", {...stream, page: r.page, date: r.date}, `${r.page} →`), " ",
