@@ -19,7 +19,7 @@ run: $(RUN_STAMP)
 	$(BIN)/logport serve --data-dir ./data
 
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # tools the operations tests (tests/ops) run: systemd-analyze (Debian's systemd package) checks the unit file,
 # tmux is the real terminal `logport top` is tested in, Debian's prometheus package gives promtool and a real
