@@ -26,6 +26,7 @@ from logport.store.chunkwriter import ChunkWriter
 from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, walk_chunk
 from logport.store.reader import DirectoryReader
+from logport.store.segment import Segment
 from logport.store.writers import WriterState
 
 # format v2: a segment's first chunk starts with its header, and every commit group with a COMMIT frame
@@ -143,6 +144,29 @@ async def test_segment_count_limit(tmp_path: Path) -> None:
     with pytest.raises(StoreLimitExceeded, match="max_segments 2"):
         await store.append("c", [b"x"])
     await store.close()
+
+
+async def test_a_create_whose_caller_went_away_still_makes_the_segment(store: SegmentStore,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that goes away while its segment is being made cancels its wait, not the making: the directory
+    is made in a thread either way, and a later create of the name gets the segment (it got FileExistsError)."""
+    opened = threading.Event()
+    open_sync = Segment.open_sync
+
+    def slow_open(segment: Segment, create: bool) -> None:
+        opened.set()
+        time.sleep(0.2)
+        open_sync(segment, create)
+
+    monkeypatch.setattr(Segment, "open_sync", slow_open)
+    gone = asyncio.ensure_future(store.create("orders"))
+    await asyncio.get_running_loop().run_in_executor(None, opened.wait)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert (await store.create("orders")).name == "orders"
+    await store.append("orders", [b"kept"])
+    assert [b for _, b in await read_all(store, "orders")] == [b"kept"]
 
 
 async def test_unknown_segment(store: SegmentStore) -> None:

@@ -164,30 +164,33 @@ class SegmentStore:
         if self._closed:
             raise StoreClosed("store is closed")
         pending = self._creating.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        check_segment_name(name)
-        if len(self._segments) >= self.config.max_segments:
-            raise StoreLimitExceeded(
-                f"creating segment {name!r} would exceed max_segments {self.config.max_segments}"
-            )
-        future: asyncio.Future[Segment] = asyncio.get_running_loop().create_future()
-        self._creating[name] = future
-        try:
-            segment = self._new_segment(name)
-            await asyncio.get_running_loop().run_in_executor(None, segment.open_sync, True)
-            segment.start()
-            self._segments[name] = segment
-            self._watch(segment)
-            future.set_result(segment)
-            log.info("segment created", extra={"segment": name})
-            return segment
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()  # retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            del self._creating[name]
+        if pending is None:
+            check_segment_name(name)
+            if len(self._segments) >= self.config.max_segments:
+                raise StoreLimitExceeded(
+                    f"creating segment {name!r} would exceed max_segments {self.config.max_segments}"
+                )
+            pending = asyncio.ensure_future(self._create(name))
+            self._creating[name] = pending
+            pending.add_done_callback(lambda task: self._created(name, task))
+        return await asyncio.shield(pending)
+
+    async def _create(self, name: str) -> Segment:
+        """A task of its own, so it runs to its end when the caller that asked is cancelled (a client that went
+        away): the thread that makes the directory cannot be stopped, and a directory without its segment
+        registered refused every later create of the name."""
+        segment = self._new_segment(name)
+        await asyncio.get_running_loop().run_in_executor(None, segment.open_sync, True)
+        segment.start()
+        self._segments[name] = segment
+        self._watch(segment)
+        log.info("segment created", extra={"segment": name})
+        return segment
+
+    def _created(self, name: str, task: asyncio.Future[Segment]) -> None:
+        del self._creating[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers that still wait re-raise it themselves
 
     # --- appends ---
 
