@@ -26,7 +26,6 @@ from logport.clients import flags
 from logport.clients.lines import count, record_from_line
 from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
 from logport.clients.stream import skip_acknowledged as resume
-from logport.config import parse_server_address
 from logport.errors import (
     AuthenticationError,
     ConfigError,
@@ -34,6 +33,7 @@ from logport.errors import (
     ProtocolError,
     failure_reason,
 )
+from logport.names import parse_server_address
 from logport.protocols import forward as fp
 
 log = logging.getLogger("logport.forward.client")

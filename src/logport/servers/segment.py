@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from logport import errors
-from logport.config import SegmentServerConfig, check_segment_name
+from logport.config import SegmentServerConfig
+from logport.names import check_segment_name
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
