@@ -19,7 +19,7 @@ from typing import Any
 from logport import health
 from logport import reload as reload_plan
 from logport.config import Config, ForwardOutputConfig, load_config, output_name
-from logport.errors import ConfigError, LogportError
+from logport.errors import ConfigError, ListenerError
 from logport.logs import setup_logging
 from logport.metrics import Metrics
 from logport.reload import update_in_place
@@ -45,10 +45,6 @@ OUTPUTS: dict[str, str] = {
     "forward": "logport.outputs.forward",
     "lumberjack": "logport.outputs.lumberjack",
 }
-
-
-class ListenerError(LogportError):
-    """A listener or the metrics endpoint could not start (its port is taken, its address does not exist)."""
 
 
 class Hub:

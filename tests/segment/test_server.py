@@ -1076,7 +1076,7 @@ async def test_an_appender_backs_off_from_a_full_disk_and_gives_up_after_retry_f
                                  max_reconnect_delay=0.16, retry_for=0.8)
     await app.start()
     await app.append(b"never stored")
-    with pytest.raises(errors.ServerUnavailable, match=r"kept failing: .*No space left.*; gave up after 0.8 s"):
+    with pytest.raises(errors.PeerUnavailable, match=r"kept failing: .*No space left.*; gave up after 0.8 s"):
         await asyncio.wait_for(app.flush(), 10)
     # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 ... reach 0.8 s after about 8 sessions (about 80 without it)
     assert 3 <= app.reconnects <= 12

@@ -25,6 +25,7 @@ from logport import _native
 from logport.batch import MAX_NESTING_DEPTH
 from logport.errors import (
     AuthenticationError,
+    ForwardProtocolError,
     LimitExceeded,
     LocalProtocolError,
     RemoteProtocolError,
@@ -42,10 +43,6 @@ DEFAULT_CHUNK_SIZE_LIMIT = 16 * 1024 * 1024  # as [forward] chunk_size_limit
 DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
 INVALID_PING = "invalid ping message"  # Fluentd in_forward's PONG reason for anything but a well-formed PING
 _UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
-
-
-class ForwardProtocolError(RemoteProtocolError):
-    """The Forward peer sent something that is not a Forward message."""
 
 
 class Mode(enum.Enum):

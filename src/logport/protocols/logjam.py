@@ -21,7 +21,12 @@ from typing import Any, Final, Literal
 
 import cramjam
 
-from logport.errors import LimitExceeded, LocalProtocolError, ProtocolError, RemoteProtocolError
+from logport.errors import (
+    InvalidMessage,
+    LimitExceeded,
+    LocalProtocolError,
+    ProtocolError,
+)
 from logport.names import LOGJAM_APP_ENV, LOGJAM_TOPIC
 from logport.protocols._receivebuffer import NEED_DATA
 
@@ -52,14 +57,6 @@ HEARTBEAT: Final = b"heartbeat"
 # environment = ALPHA *(ALPHA / "_"). The environment is what follows the last "-".
 _APP_ENV = LOGJAM_APP_ENV  # written once, in names.py; the config checks the republisher's names with them too
 _TOPIC = LOGJAM_TOPIC
-
-
-class InvalidMessage(RemoteProtocolError):
-    """A logjam message breaks the protocol; `reason` says how (it is counted by reason)."""
-
-    def __init__(self, reason: str, message: str, *, peer: str | None = None) -> None:
-        super().__init__(message, peer=peer)
-        self.reason = reason
 
 
 # --- events ---

@@ -33,7 +33,12 @@ import ormsgpack
 from logport import _native
 from logport.batch import ENTRY_HEAD, MAX_NESTING_DEPTH, encode_batch_pieces
 from logport.config import LumberjackConfig
-from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.errors import (
+    LimitExceeded,
+    LocalProtocolError,
+    RemoteProtocolError,
+    TLSOnPlaintextPort,
+)
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
 
 # without the C pass (not built, or LOGPORT_PUREPYTHON): windows are decoded in Python
@@ -163,10 +168,6 @@ class WindowDecoded:
 
 
 # --- errors ---
-
-
-class TLSOnPlaintextPort(RemoteProtocolError):
-    """The peer opened with a TLS handshake on a port that does not speak TLS."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from logport import _native
-from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.errors import LimitExceeded, LocalProtocolError, SegmentProtocolError
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
 
 HEADER: Final = struct.Struct(">iI")
@@ -31,10 +31,6 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _EVENT_TYPE: Final = 0
-
-
-class SegmentProtocolError(RemoteProtocolError):
-    """The peer broke the segment protocol."""
 
 
 # --- strings: 2-byte length + Java modified UTF-8 ---
