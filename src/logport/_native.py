@@ -2,7 +2,7 @@
 
 `load("logport.protocols._segment_scan")` is the built extension, or None: when it was not built (no C
 compiler at install) or when `LOGPORT_PUREPYTHON=1` forces every caller onto the Python reference, which the
-property tests hold the C passes to (`make test` runs the protocol and store tests once that way).
+property tests hold the C passes to (`make test` runs the protocols' unit tests once more that way).
 """
 
 from __future__ import annotations

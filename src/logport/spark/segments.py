@@ -152,6 +152,8 @@ class ServerSegments:
         while True:
             try:
                 return call(self.client)
+            except PeerUnavailable:  # no connection within the timeout (_connect): said as it is
+                raise
             except (OSError, ConnectionError) as e:
                 self._drop()
                 if time.monotonic() >= deadline:
@@ -206,6 +208,8 @@ class ServerSegments:
                 return
             except GeneratorExit:  # stopped early (the planner found its cut): replies may still be coming,
                 self._drop()  # so the next request goes over a new connection, not one out of step
+                raise
+            except PeerUnavailable:  # no connection within the timeout (_connect): said as it is
                 raise
             except (OSError, ConnectionError) as e:
                 self._drop()
