@@ -105,8 +105,8 @@ class FailureLimiter:
 class ConnectionGuard:
     """Counts a listener's open connections, in total and per peer address, and refuses beyond the limits.
 
-    In `connection_made`: `if not guard.admit(peer): transport.abort(); return`;
-    in `connection_lost` of an admitted connection: `guard.release(peer)`.
+    `admit(peer)` as a connection is made (False: refuse it), `release(peer)` once an admitted one is lost: the
+    listeners call them through TcpListener.admit and forget (servers/_lifecycle.py).
     `max_per_peer = 0` means no per-address limit.
     """
 
