@@ -18,8 +18,14 @@ PACKAGE := pyproject.toml setup.py $(wildcard src/logport/*/*.c src/logport/*/*.
 run: $(RUN_STAMP)
 	$(BIN)/logport serve --data-dir ./data
 
+# the protocols' decoders once more on their Python references (LOGPORT_PUREPYTHON=1, src/logport/_native.py), as a
+# build without a C compiler runs them: their unit tests only (~20 s of CPU), the network suites run on the C passes
+PURE_PYTHON_TESTS := tests/forward/test_protocol.py tests/lumberjack/test_protocol.py tests/segment/test_protocol.py \
+	tests/logjam/test_protocol.py
+
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	LOGPORT_PUREPYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PURE_PYTHON_TESTS)
 
 # tools the operations tests (tests/ops) run: systemd-analyze (Debian's systemd package) checks the unit file,
 # tmux is the real terminal `logport top` is tested in, Debian's prometheus package gives promtool and a real

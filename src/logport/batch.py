@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from logport.errors import LogportError, brief
+from logport.errors import BatchDecodeError, brief
 
 EVENT_TIME_EXT = 0
 _EVENT_TIME = struct.Struct(">II")
@@ -24,10 +24,6 @@ _NANOS = 1_000_000_000
 # (Forward's JSON mode, Lumberjack): well inside json.loads' recursion, and what is stored stays well
 # inside the 1024 levels msgpack unpacks.
 MAX_NESTING_DEPTH = 512
-
-
-class BatchDecodeError(LogportError):
-    """A stored event body is not a PackedForward batch."""
 
 
 @dataclass(frozen=True, slots=True)

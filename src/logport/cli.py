@@ -21,7 +21,7 @@ from logport.errors import (
     LogportError,
     NoSuchSegment,
     NotADataDirectory,
-    ServerUnavailable,
+    PeerUnavailable,
 )
 from logport.logs import StderrHandler
 
@@ -585,7 +585,7 @@ def exit_code(e: Exception) -> int | None:
     directory or server that is not there, a file that cannot be read), 2 for a wrong command; None: a bug."""
     if isinstance(e, BrokenPipeError):  # `logport cat ... | head`
         return 0
-    if isinstance(e, CorruptData | DataDirectoryMissing | NotADataDirectory | ServerUnavailable | OSError):
+    if isinstance(e, CorruptData | DataDirectoryMissing | NotADataDirectory | PeerUnavailable | OSError):
         return 1
     if isinstance(e, LogportError):
         return 2

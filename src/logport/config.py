@@ -4,15 +4,15 @@
 the key and the value; each section's `check()` beside its dataclass makes the
 checks types cannot, at start and on every reload alike. Sizes are in bytes,
 durations in seconds unless a name says otherwise. This module imports nothing
-of logport but errors.py: the rules it shares with the store, the Forward client
-and CurveZMQ (segment names, `host:port[:weight]`, Z85 keys) are written here.
+of logport but errors.py and the leaf names.py, where the rules it shares with the
+protocols, the store and the clients (segment names, logjam's stream names,
+`host:port[:weight]`, Z85 keys) are written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import tomllib
 import types
 import typing
@@ -20,17 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from logport.errors import ConfigError, InvalidSegmentName
+from logport.errors import ConfigError
+from logport.names import (  # noqa: F401 - check_segment_name and MAX_SEGMENT_NAME_BYTES: the store takes them here until it imports names
+    LOGJAM_APP_ENV,
+    LOGJAM_TOPIC,
+    MAX_SEGMENT_NAME_BYTES,
+    check_segment_name,
+    check_z85_key,
+    is_zmq_endpoint,
+    parse_server_address,
+    segment_name_problem,
+)
 
 MiB = 1024 * 1024
-MAX_SEGMENT_NAME_BYTES = 250  # a segment's name is its directory's name
-_SEGMENT_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
-# logjam's stream names: "application-environment", and the topics logjam's importer knows
-# (protocols/logjam.py checks every message's against these; the config checks republish_routes' at load)
-LOGJAM_APP_ENV = re.compile(rb"[A-Za-z][A-Za-z_-]*-[A-Za-z][A-Za-z_]*\Z")
-_LOGJAM_TOPIC_PART = rb"(?:\.[A-Za-z][A-Za-z_-]*)*"
-LOGJAM_TOPIC = re.compile(rb"(?:(?:logs|javascript|events)" + _LOGJAM_TOPIC_PART
-                          + rb"|frontend\.page|frontend\.ajax|mobile)\Z")
 _MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems (an output's name becomes a file name)
 # open connections one client address may hold on a TCP listener (0 = no limit): about half of
 # max_connections, so one address cannot fill a listener, yet far more than a shipper opens; behind
@@ -545,16 +547,6 @@ def _check_listener(where: str, section: ForwardConfig | LumberjackConfig | Segm
     _check_positive(f"{where}.max_connections_per_peer", section.max_connections_per_peer, zero_ok=True)
 
 
-def parse_server_address(text: str) -> tuple[str, int, int]:
-    """`host:port[:weight]` (a Forward server, as `outputs.forward.standby` and `logport send --server` write
-    it) as (host, port, weight); ValueError when the port or weight is not a number."""
-    parts = text.rsplit(":", 2) if text.count(":") >= 2 and not text.startswith("[") else text.rsplit(":", 1)
-    host = parts[0] or "127.0.0.1"
-    port = int(parts[1]) if len(parts) > 1 else 24224
-    weight = int(parts[2]) if len(parts) > 2 else 60
-    return host, port, weight
-
-
 def _check_standby(key: str, text: str) -> None:
     """A standby server parses as the Forward output will parse it (`host:port[:weight]`), to a usable port."""
     try:
@@ -566,16 +558,10 @@ def _check_standby(key: str, text: str) -> None:
         raise ConfigError(f"config key {key!r} has value {text!r}; the port must be 1..65535 and the weight >= 0")
 
 
-_ZMQ_TCP_ENDPOINT = re.compile(r"tcp://(?P<host>[^\s:/]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})\Z")
-
-
 def _check_zmq_endpoint(key: str, text: str) -> None:
     """An endpoint the SUB socket connects to: libzmq refuses a malformed one only at connect, in a
     background task, so the subscription would never run; tcp://host:port or ipc://path."""
-    match = _ZMQ_TCP_ENDPOINT.match(text)
-    if match and 1 <= int(match["port"]) <= 65535:
-        return
-    if text.startswith("ipc://") and len(text) > len("ipc://"):
+    if is_zmq_endpoint(text):
         return
     raise ConfigError(f"config key {key!r} has value {text!r}; it must be \"tcp://host:port\" "
                       f"(port 1..65535) or \"ipc://path\"")
@@ -596,45 +582,15 @@ def output_name(out: ForwardOutputConfig | LumberjackOutputConfig) -> str:
 
 def check_curve_key(key_name: str, value: str) -> bytes:
     """A Z85 key from the config as bytes; a bad one is refused naming the key (not its value: it may be secret)."""
-    import zmq  # only a config with CurveZMQ keys needs libzmq to check them
-    from zmq.utils import z85
-
-    if len(value) != 40:
-        raise ConfigError(f"config key {key_name!r} must be a 40-character Z85 CurveZMQ key, got {len(value)} characters")
     try:
-        z85.decode(value)
-    except (ValueError, KeyError, IndexError):
-        raise ConfigError(f"config key {key_name!r} is not Z85 text (a CurveZMQ key from zmq.curve_keypair())") from None
-    if not zmq.has("curve"):
-        raise ConfigError(f"config key {key_name!r} is set but this libzmq was built without CURVE support")
-    return value.encode()
-
-
-def check_segment_name(name: str) -> str:
-    """`name` if the store accepts it as a segment's name (its directory's name), else InvalidSegmentName."""
-    if not name:
-        raise InvalidSegmentName(name, "empty")
-    if len(name.encode()) > MAX_SEGMENT_NAME_BYTES:
-        raise InvalidSegmentName(name, f"{len(name.encode())} bytes exceeds {MAX_SEGMENT_NAME_BYTES}")
-    if not _SEGMENT_NAME.match(name):
-        raise InvalidSegmentName(name, "only A-Z a-z 0-9 . _ - are allowed")
-    if name in (".", ".."):
-        raise InvalidSegmentName(name, "reserved")
-    return name
-
-
-def _segment_name_problem(name: str) -> str:
-    """Why the store would refuse `name` as a segment name; empty when it would not."""
-    try:
-        check_segment_name(name)
-    except InvalidSegmentName as e:
-        return str(e).removeprefix(f"invalid segment name {name!r}: ")
-    return ""
+        return check_z85_key(value)
+    except ValueError as e:
+        raise ConfigError(f"config key {key_name!r} {e}") from None
 
 
 def _check_segment_name(key: str, name: str) -> None:
     """A segment a config key names must be one the store accepts: refused at start, not at the first event."""
-    reason = _segment_name_problem(name)
+    reason = segment_name_problem(name)
     if reason:
         raise ConfigError(f"config key {key!r} has value {name!r}; not a segment name: {reason}")
 
@@ -645,7 +601,7 @@ def _check_output_file_name(out: ForwardOutputConfig | LumberjackOutputConfig, k
     `<name>.checkpoint`, its longest file name, fits NAME_MAX (any other character is fine: people write
     names like "to fluentd"). An unnamed output is named after its segment, which follows the segment rule."""
     if unnamed:
-        reason = _segment_name_problem(value)
+        reason = segment_name_problem(value)
         if reason:
             raise ConfigError(f"config key {key!r} has value {value!r}; an output name is a file name "
                               f"and follows the segment name rule: {reason}{unnamed}")

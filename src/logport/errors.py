@@ -109,6 +109,30 @@ class AuthenticationError(RemoteProtocolError):
     """The peer failed a handshake (shared key, user, token)."""
 
 
+class ForwardProtocolError(RemoteProtocolError):
+    """The Forward peer sent something that is not a Forward message."""
+
+
+class TLSOnPlaintextPort(RemoteProtocolError):
+    """The peer opened with a TLS handshake on a port that does not speak TLS."""
+
+
+class SegmentProtocolError(RemoteProtocolError):
+    """The peer broke the segment protocol."""
+
+
+class InvalidMessage(RemoteProtocolError):
+    """A logjam message breaks the protocol; `reason` says how (it is counted by reason)."""
+
+    def __init__(self, reason: str, message: str, *, peer: str | None = None) -> None:
+        super().__init__(message, peer=peer)
+        self.reason = reason
+
+
+class LogjamRefused(RemoteProtocolError):
+    """The device answered a sync send with something other than `202 Accepted`."""
+
+
 # --- store ---
 
 
@@ -232,7 +256,20 @@ class DataDirectoryInUse(StoreError):
         self.data_dir = data_dir
 
 
-# --- worker processes ---
+# --- the stored payload, the hub, worker processes ---
+
+
+class BatchDecodeError(LogportError):
+    """A stored event body is not a PackedForward batch."""
+
+
+class ListenerError(LogportError):
+    """A listener or the metrics endpoint could not start (its port is taken, its address does not exist)."""
+
+
+class NotAHub(LogportError):
+    """`logport reload`: the pid is some other process."""
+
 
 
 class WorkerLost(LogportError):
@@ -266,18 +303,46 @@ def failure_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-class ServerUnavailable(LogportError, ConnectionError):
-    """A client gave up on its server: it could not connect, or the server kept failing, for its retry time.
-    A ConnectionError too: what the clients raised for it before, and what a caller may catch."""
+class PeerUnavailable(LogportError, ConnectionError):
+    """The one "the other side is gone" of every client: it could not connect to `peer`, or `peer` kept failing
+    (`connected`: it was reached first), for its retry time (`waited`), or the client was closed before `peer`
+    answered. `message` says it in a client's own words where it has some. A ConnectionError too: what the
+    clients raised for it before, and what a caller may catch."""
 
-    def __init__(self, peer: str, reason: str, *, waited: float | None = None, connected: bool = False) -> None:
+    def __init__(self, peer: str, reason: str, *, waited: float | None = None, connected: bool = False,
+                 message: str = "") -> None:
         head = f"{peer} kept failing" if connected else f"cannot connect to {peer}"
         tail = f"; gave up after {waited:g} s" if waited else ""
-        super().__init__(f"{head}: {reason}{tail}")
+        super().__init__(message or f"{head}: {reason}{tail}")
         self.peer = peer
         self.reason = reason
         self.waited = waited
-        self.connected = connected  # the server was reached before it failed
+        self.connected = connected  # the peer was reached before it failed
+
+
+class SegmentRequestFailed(LogportError):
+    """The segment server answered a request with an error reply (`reply`) that no store error stands for."""
+
+    def __init__(self, reply: Any) -> None:
+        super().__init__(f"segment server refused: {reply}")
+        self.reply = reply
+
+
+class AcknowledgedDataLost(LogportError):
+    """The server's ack level went backwards: data it had acknowledged is gone (fsync off, disk lost)."""
+
+
+class InputDoesNotFit(LogportError):
+    """`logport send`: the input is not what the command was told it is (a resume over other lines): exit 2, a
+    usage error."""
+
+
+class InputDoesNotResume(InputDoesNotFit):
+    """`logport send segment --connection-id`: the input does not line up with what the server stored for the id."""
+
+
+class InvalidInputLine(LogportError):
+    """`logport send`: a line of the input that cannot be sent (an envelope whose time is no number)."""
 
 
 class DataDirectoryMissing(StoreError):

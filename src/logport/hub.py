@@ -1,7 +1,7 @@
 """The hub: opens the store, starts every enabled listener and output, serves metrics.
 
-Listener modules (`logport.servers.<name>`) and output modules
-(`logport.outputs.<name>`) each expose `async def start(runtime, ...) -> Service`.
+Listener modules (`logport.servers.<name>`) and output modules (`logport.outputs.<name>`) each expose
+`async def start(runtime, ...)`, which returns a `Listener` (servers/_lifecycle.py) or an output's `Service`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any
 from logport import health
 from logport import reload as reload_plan
 from logport.config import Config, ForwardOutputConfig, load_config, output_name
-from logport.errors import ConfigError, LogportError
+from logport.errors import ConfigError, ListenerError
 from logport.logs import setup_logging
 from logport.metrics import Metrics
 from logport.reload import update_in_place
 from logport.routing import Router
 from logport.runtime import Runtime, Service
+from logport.servers._lifecycle import Listener, TcpListener
 from logport.store import SegmentStore
 from logport.store.identity import ensure_hub_identity
 from logport.systemd import Notifier
@@ -47,10 +48,6 @@ OUTPUTS: dict[str, str] = {
 }
 
 
-class ListenerError(LogportError):
-    """A listener or the metrics endpoint could not start (its port is taken, its address does not exist)."""
-
-
 class Hub:
     def __init__(self, config: Config, *, serve_metrics: bool = True, notifier: Notifier | None = None,
                  config_path: str | None = None, overrides: dict[str, Any] | None = None) -> None:
@@ -61,7 +58,8 @@ class Hub:
         self.metrics = Metrics()
         self._serve_metrics = serve_metrics
         self.runtime: Runtime | None = None
-        self.services: dict[str, Service] = {}
+        self.listeners: dict[str, Listener] = {}  # by their config section's name
+        self.outputs: dict[str, Service] = {}  # by `output.<name>`
         self._retention: asyncio.Task[None] | None = None
         self.notifier = notifier
         self.draining = False
@@ -81,7 +79,7 @@ class Hub:
         try:
             for name in LISTENERS:
                 if getattr(cfg, name).enabled:
-                    self.services[name] = await self._start_listener(name)
+                    self.listeners[name] = await self._start_listener(name)
             for kind in OUTPUTS:
                 for out in getattr(cfg.outputs, kind):
                     await self._start_output(kind, out)
@@ -95,7 +93,7 @@ class Hub:
             self.monitor.start()
             if not self._collector_registered:  # one per registry, however often the hub starts
                 self.metrics.registry.register(health.ListenerCollector(
-                    lambda: [(k, v) for k, v in self.services.items() if k in LISTENERS]))
+                    lambda: list(self.listeners.items())))
                 self._collector_registered = True
             if self._serve_metrics and cfg.metrics.enabled:
                 m = cfg.metrics
@@ -109,11 +107,16 @@ class Hub:
         self._retention = asyncio.create_task(self._retention_loop())
         return runtime
 
-    async def _start_listener(self, name: str) -> Service:
+    @property
+    def services(self) -> dict[str, Listener | Service]:
+        """Every running listener and output, by name."""
+        return {**self.listeners, **self.outputs}
+
+    async def _start_listener(self, name: str) -> Listener:
         assert self.runtime is not None
         section = getattr(self.runtime.config, name)
         try:
-            service: Service = await importlib.import_module(LISTENERS[name]).start(self.runtime)
+            service: Listener = await importlib.import_module(LISTENERS[name]).start(self.runtime)
         except OSError as e:
             port = getattr(section, "port", None) or getattr(section, "router_port", "")
             raise ListenerError(f"{name} listener could not start on {section.bind}:{port}: {e.strerror or e}") from e
@@ -124,7 +127,7 @@ class Hub:
         assert self.runtime is not None
         # keyed by the name its checkpoint goes by, which config load keeps unique
         key = f"output.{output_name(out)}"
-        self.services[key] = await importlib.import_module(OUTPUTS[kind]).start(self.runtime, out)
+        self.outputs[key] = await importlib.import_module(OUTPUTS[kind]).start(self.runtime, out)
         log.info("output started", extra={"output": key})
 
     def listener_states(self) -> list[tuple[str, bool]]:
@@ -132,8 +135,8 @@ class Hub:
         out = []
         for name in LISTENERS:
             if getattr(self.config, name).enabled:
-                service = self.services.get(name)
-                out.append((name, service is not None and bool(service.serving())))  # type: ignore[attr-defined]
+                service = self.listeners.get(name)
+                out.append((name, service is not None and service.serving()))
         return out
 
     async def drain(self, grace: float) -> None:
@@ -144,17 +147,16 @@ class Hub:
         if self.monitor is not None:
             self.monitor.tick()  # /ready says "draining" from now on, not half a second later
         started = time.monotonic()
-        listeners = [(k, s) for k, s in self.services.items() if k in LISTENERS]
-        results = await asyncio.gather(*(s.drain(grace) for _, s in listeners),  # type: ignore[attr-defined]
-                                       return_exceptions=True)
+        listeners = list(self.listeners.items())
+        results = await asyncio.gather(*(s.drain(grace) for _, s in listeners), return_exceptions=True)
         for (key, _), result in zip(listeners, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("draining failed", extra={"listener": key}, exc_info=result)
         if self.monitor is not None:
             self.monitor.tick()
         left = max(0.0, grace - (time.monotonic() - started))
-        outputs = [(k, s) for k, s in self.services.items() if k.startswith("output.") and hasattr(s, "drain")]
-        results = await asyncio.gather(*(s.drain(left) for _, s in outputs), return_exceptions=True)  # type: ignore[attr-defined]
+        outputs = list(self.outputs.items())
+        results = await asyncio.gather(*(s.drain(left) for _, s in outputs), return_exceptions=True)
         for (key, _), result in zip(outputs, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("draining failed", extra={"output": key}, exc_info=result)
@@ -209,7 +211,7 @@ class Hub:
                 setattr(applied, name, getattr(old, name))
         # what can fail first: a listener on a new address binds beside the old one
         runtime.config = applied
-        started: dict[str, Service] = {}
+        started: dict[str, Listener] = {}
         try:
             for change in steps.listeners:
                 if change.action in ("move", "start"):
@@ -224,7 +226,7 @@ class Hub:
             name = change.name
             if change.action == "update":
                 update_in_place(getattr(old, name), getattr(new, name))
-                getattr(self.services[name], "config_changed", lambda: None)()
+                getattr(self.listeners[name], "config_changed", lambda: None)()
             elif change.action in ("move", "stop", "restart"):
                 await self._retire(name)
                 if change.action == "restart":
@@ -233,15 +235,15 @@ class Hub:
                     except ListenerError as e:  # its address was free a moment ago; /ready names it now
                         log.error("listener not restarted after a reload: %s", e, extra={"listener": name})
             if name in started:
-                self.services[name] = started[name]
+                self.listeners[name] = started[name]
         for name in ("forward", "lumberjack", "segment"):  # certificates rotate in their files: load again
-            running = self.services.get(name)
+            running = self.listeners.get(name)
             section = getattr(applied, name)
-            if running is not None and name not in started and section.tls.enabled:
-                running.reload_tls(section.tls)  # type: ignore[attr-defined]
+            if isinstance(running, TcpListener) and name not in started and section.tls.enabled:
+                running.reload_tls(section.tls)
         for key in steps.outputs_stop:
-            output = self.services.pop(key)
-            await output.drain(applied.hub.shutdown_grace)  # type: ignore[attr-defined]
+            output = self.outputs.pop(key)
+            await output.drain(applied.hub.shutdown_grace)
             await output.close()
         for out in steps.outputs_start:
             kind = "forward" if isinstance(out, ForwardOutputConfig) else "lumberjack"
@@ -257,10 +259,10 @@ class Hub:
 
     async def _retire(self, name: str) -> None:
         """Drain a listener (its clients get every answer due) and close it."""
-        service = self.services.pop(name, None)
+        service = self.listeners.pop(name, None)
         if service is None:
             return
-        await service.drain(self.config.hub.shutdown_grace)  # type: ignore[attr-defined]
+        await service.drain(self.config.hub.shutdown_grace)
         await service.close()
         log.info("listener retired", extra={"listener": name})
 
@@ -278,7 +280,8 @@ class Hub:
                 await service.close()
             except Exception:
                 log.exception("closing failed", extra={"service": key})
-        self.services.clear()
+        self.listeners.clear()
+        self.outputs.clear()
         if self.runtime is not None:
             await self.runtime.store.close()
             self.runtime = None

@@ -21,14 +21,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from logport.config import Config, ConfigError, load_config
+from logport.errors import NotAHub
 from logport.tls import check_listener_tls
 
 VERDICT_WAIT = 60.0  # seconds; a reload drains the outputs and listeners it changes (hub.shutdown_grace each)
 RELOADS = re.compile(r'^logport_config_reloads_total\{result="(ok|failed)"\} ([0-9.e+]+)$', re.MULTILINE)
-
-
-class NotAHub(Exception):
-    """The pid is some other process."""
 
 
 def reload_hub(pid: int | None, pid_file: str | None, build_parser: Callable[[], argparse.ArgumentParser]) -> int:

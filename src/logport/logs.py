@@ -1,13 +1,17 @@
-"""Structured logging: one JSON object per line (or plain text), with extra fields."""
+"""Structured logging: one JSON object per line (or plain text), with extra fields; and a log line that a flood
+of the same event cannot repeat more than once per interval (`ThrottledLog`)."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+
+LOG_INTERVAL = 10.0  # seconds between two lines of a ThrottledLog
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
@@ -64,3 +68,26 @@ def setup_logging(level: str = "info", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class ThrottledLog:
+    """Logs one line per `interval` seconds for one kind of event; counts the others in between."""
+
+    def __init__(self, log: logging.Logger, interval: float = LOG_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = log
+        self.interval = interval
+        self.clock = clock
+        self._next = 0.0
+        self.suppressed = 0
+
+    def warning(self, message: str, **extra: object) -> bool:
+        """Log now (with the count of lines suppressed since the last one), or count it; True if logged."""
+        now = self.clock()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self.interval
+        self.log.warning(message, extra={**extra, "suppressed": self.suppressed})
+        self.suppressed = 0
+        return True

@@ -19,6 +19,10 @@ from logport.store.appends import Buffer
 class Service(Protocol):
     """A running listener or output."""
 
+    async def drain(self, timeout: float) -> None:
+        """Finish what is under way (at most `timeout` seconds), taking nothing new."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -14,7 +14,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils import z85
 
-from logport.servers._guard import ThrottledLog
+from logport.logs import ThrottledLog
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks a context's ZAP handler (RFC 27)
 

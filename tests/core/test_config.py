@@ -239,16 +239,16 @@ def test_hub_and_metrics_checks_beside_their_sections(tmp_path: Path, toml: str,
 
 
 def test_config_imports_nothing_of_logport_above_errors() -> None:
-    """config.py sits at the bottom of the layers beside errors.py: importing it (in a fresh interpreter, so that
-    no other test's imports count) loads no other logport module, so that anything may import the config and no
-    cycle runs back through it (as config -> clients.forward -> tls -> config once did)."""
+    """config.py sits at the bottom of the layers beside errors.py and the leaf names.py: importing it (in a fresh
+    interpreter, so that no other test's imports count) loads no other logport module, so that anything may import
+    the config and no cycle runs back through it (as config -> clients.forward -> tls -> config once did)."""
     import subprocess
     import sys
 
     code = ("import sys, logport.config\n"
             "print(' '.join(sorted(m for m in sys.modules if m == 'logport' or m.startswith('logport.'))))")
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
-    assert loaded == ["logport", "logport.config", "logport.errors"]
+    assert loaded == ["logport", "logport.config", "logport.errors", "logport.names"]
 
 
 def test_every_section_checks_itself_as_validate_does() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from logport.batch import pack_entries
 from logport.clients import forward as fc
+from logport.errors import PeerUnavailable
 from logport.protocols import forward as fp
 from tests.conftest import VECTORS, free_port
 from tests.forward.helpers import forward_config, make_certificate, running_hub, stored_events
@@ -54,7 +55,7 @@ async def test_wrong_key_against_logport_is_an_authentication_failure(tmp_path: 
         cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", config.forward.port)], shared_key="wrong",
                               hostname="cli", retries=1)
         async with fc.ForwardSender(cfg) as sender:
-            with pytest.raises(fc.SendFailed, match="shared_key mismatch"):
+            with pytest.raises(PeerUnavailable, match="shared_key mismatch"):
                 await sender.send("t", EVENTS[:1])
         assert await stored_events(hub) == []
 
@@ -94,7 +95,7 @@ async def test_tls_with_client_certificate_verification(tmp_path: Path) -> None:
         anonymous = fc.SenderConfig(servers=[address], server_hostname="localhost", retries=1,
                                     tls=tls.client_context(server_cert), ack_timeout=3)
         async with fc.ForwardSender(anonymous) as sender:
-            with pytest.raises(fc.SendFailed):  # no client certificate: the server refuses the TLS session
+            with pytest.raises(PeerUnavailable):  # no client certificate: the server refuses the TLS session
                 await sender.send("tls", EVENTS[5:])
         assert [(s, ns, rec) for _, s, ns, rec, _ in await stored_events(hub)] == EVENTS[:5]
 
@@ -269,7 +270,7 @@ async def test_fluent_bit_server_recording_wrong_key_closes_without_pong() -> No
     async with server:
         cfg, client_bytes = recorded_client(doc, port)
         async with fc.ForwardSender(cfg) as sender:
-            with pytest.raises(fc.SendFailed, match="closed the connection during the handshake"):
+            with pytest.raises(PeerUnavailable, match="closed the connection during the handshake"):
                 await sender.send("cap.tag", EVENTS[:1])
             assert not sender.available(cfg.servers[0])  # an authentication failure marks the server down
         assert await received == client_bytes

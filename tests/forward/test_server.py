@@ -152,7 +152,7 @@ async def test_nothing_is_read_before_the_peer_s_name_is_known(tmp_path: Path,
             w.write(P.pack(["t", 1700000000, {"i": i}]))
         await w.drain()
         await asyncio.sleep(0.2)
-        assert hub.services["forward"].inflight == 0  # type: ignore[attr-defined]
+        assert hub.services["forward"].budget.held == 0  # type: ignore[attr-defined]
         gate.set()
         for i in range(50, 100):
             w.write(P.pack(["t", 1700000000, {"i": i}]))
@@ -435,7 +435,7 @@ async def test_listener_wide_inflight_budget_pauses_and_resumes_every_connection
         assert sorted(e[3]["i"] for e in await stored_events(hub)) == list(range(3000))
         assert hub.runtime is not None
         server = hub.services["forward"]
-        assert server.inflight == 0 and not server.paused  # type: ignore[attr-defined]
+        assert server.budget.held == 0 and not server.budget.paused  # type: ignore[attr-defined]
         assert (hub.runtime.metrics.registry.get_sample_value("logport_forward_read_pauses_total") or 0) >= 1
 
 

@@ -6,7 +6,9 @@ import logging
 
 import pytest
 
-from logport.servers._guard import ConnectionGuard, FailureLimiter, ThrottledLog, peer_host
+from logport.logs import ThrottledLog
+from logport.names import peer_host
+from logport.servers._guard import ConnectionGuard, FailureLimiter
 
 log = logging.getLogger("logport.test_guard")
 

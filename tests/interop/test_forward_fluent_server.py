@@ -14,6 +14,7 @@ import pytest
 
 from logport.clients import forward as fc
 from logport.config import ForwardOutputConfig
+from logport.errors import PeerUnavailable
 from logport.protocols import forward as fp
 from tests.conftest import NODE_MODULES
 from tests.forward.helpers import forward_config, running_hub
@@ -84,7 +85,7 @@ async def test_client_wrong_key_refused_by_fluent_server() -> None:
         cfg = fc.SenderConfig(servers=[fc.ServerAddress("127.0.0.1", server.port)], shared_key="nope",
                               hostname="logport-test", retries=1, connect_timeout=5)
         async with fc.ForwardSender(cfg) as sender:
-            with pytest.raises(fc.SendFailed):
+            with pytest.raises(PeerUnavailable):
                 await sender.send("t", [forward_event(0)])
 
 

@@ -824,15 +824,15 @@ async def test_server_stops_reading_all_connections_over_the_listeners_budget(tm
         assert len(conns) == 3
         # every connection paused, each far under its own 32 MiB; together the limit plus a read's worth each
         assert all(c.reading_paused and c.pending_bytes < 4 * 1024 * 1024 for c in conns)
-        assert limit < server.pending_bytes <= limit + 3 * 512 * 1024  # type: ignore[attr-defined]
-        assert server.paused == set(conns)  # type: ignore[attr-defined]
+        assert limit < server.budget.held <= limit + 3 * 512 * 1024  # type: ignore[attr-defined]
+        assert server.budget.paused == set(conns)  # type: ignore[attr-defined]
         gate.set()
         for peer, cid, end in zip(peers, cids, ends, strict=True):
             await peer.writer.drain()
             while (reply := await peer.reply()) != sp.DataAppended(cid, end):
                 assert isinstance(reply, sp.DataAppended)
         assert not any(c.reading_paused for c in conns)
-        assert server.pending_bytes == 0 and not server.paused  # type: ignore[attr-defined]
+        assert server.budget.held == 0 and not server.budget.paused  # type: ignore[attr-defined]
         for name, bodies in sent.items():
             assert events_of(h, name) == bodies
     finally:
@@ -1076,7 +1076,7 @@ async def test_an_appender_backs_off_from_a_full_disk_and_gives_up_after_retry_f
                                  max_reconnect_delay=0.16, retry_for=0.8)
     await app.start()
     await app.append(b"never stored")
-    with pytest.raises(errors.ServerUnavailable, match=r"kept failing: .*No space left.*; gave up after 0.8 s"):
+    with pytest.raises(errors.PeerUnavailable, match=r"kept failing: .*No space left.*; gave up after 0.8 s"):
         await asyncio.wait_for(app.flush(), 10)
     # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 ... reach 0.8 s after about 8 sessions (about 80 without it)
     assert 3 <= app.reconnects <= 12

@@ -9,6 +9,7 @@ import argparse
 import ssl
 
 from logport.errors import ConfigError
+from logport.names import parse_host_port
 from logport.tls import client_context
 
 DEFAULT_TIMEOUT = 30.0  # seconds a client retries an unreachable (or failing) server before it gives up
@@ -99,12 +100,10 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
 
 def parse_server(server: str, default_port: int) -> tuple[str, int]:
     """(host, port) of `HOST:PORT`, `[v6]:PORT`, `HOST` or `:PORT`."""
-    host, sep, port = server.rpartition(":")
-    if not sep or "]" in port:  # no port, or a bare [v6] address
-        return server.strip("[]") or "127.0.0.1", default_port
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--server {server!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    try:
+        return parse_host_port(server, default_port)
+    except ValueError as e:
+        raise ConfigError(f"--server {e}") from None
 
 
 def retry_for(args: argparse.Namespace) -> float | None:

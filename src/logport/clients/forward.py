@@ -24,30 +24,24 @@ from typing import Any
 from logport.batch import pack_entries
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
+from logport.clients.retry import JITTER, Backoff
 from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
 from logport.clients.stream import skip_acknowledged as resume
-from logport.config import parse_server_address
 from logport.errors import (
     AuthenticationError,
     ConfigError,
-    LogportError,
+    InvalidInputLine,
+    PeerUnavailable,
     ProtocolError,
     failure_reason,
 )
+from logport.names import parse_server_address
 from logport.protocols import forward as fp
 
 log = logging.getLogger("logport.forward.client")
 
 Mode = fp.Mode
-
-
-class SendFailed(LogportError):
-    """No server acknowledged a chunk within the retries; `connected`: one of them took a connection (and may
-    have stored the chunk without acknowledging it)."""
-
-    def __init__(self, message: str, *, connected: bool = True) -> None:
-        super().__init__(message)
-        self.connected = connected
+MAX_RETRY_WAIT = 30.0  # seconds a chunk waits at most between two attempts
 
 
 @dataclass
@@ -77,7 +71,7 @@ class SenderConfig:
     connect_timeout: float = 10.0
     retries: int | None = 5  # attempts per chunk, each on the next healthy server (None: as retry_for allows)
     retry_for: float | None = None  # and no new attempt once a chunk has been tried for this long
-    retry_wait: float = 0.5  # doubles per attempt, at most 30 s
+    retry_wait: float = 0.5  # doubles per attempt, at most MAX_RETRY_WAIT s (the first retry, on the next server: at once)
     recover_wait: float = 10.0  # a server that failed is not chosen again for this long (unless all failed)
     shared_key: str = ""
     username: str = ""
@@ -93,6 +87,11 @@ class SenderConfig:
     hard_timeout: float = 60.0  # and in any case when no heartbeat came for this long
     salt: str | None = None  # PING salt; None = random per connection (fixed only to replay recordings)
     waiting: Callable[[str, str], None] | None = None  # told (server, reason) of each attempt that failed
+
+    def backoff(self) -> Backoff:
+        """The waits between attempts at a chunk: the first retry (on the next server) at once, then retry_wait
+        doubled per attempt."""
+        return Backoff(self.retry_wait * 2, MAX_RETRY_WAIT, JITTER, self.retry_for, immediate=1)
 
 
 class FailureDetector:
@@ -399,7 +398,7 @@ class ForwardSender:
         return [(ready.send(fp.EventBatch(tag, entries, option, count, 0, mode)), chunk)]
 
     async def send_entries(self, tag: str, entries: bytes, count: int, option: dict[str, Any] | None = None) -> None:
-        """Send one batch of packed entries; return once acked (retrying on other servers), else SendFailed."""
+        """Send one batch of packed entries; return once acked (retrying on other servers), else PeerUnavailable."""
         await self.send_messages(self.messages(tag, entries, count, option))
 
     async def send(self, tag: str, events: Iterable[tuple[int, int, Any]], option: dict[str, Any] | None = None
@@ -412,20 +411,18 @@ class ForwardSender:
         cfg = self.config
         tried: set[int] = set()
         last = "the sender was closed"
+        peer = str(cfg.servers[0])
         began = time.monotonic()
+        retry = cfg.backoff().retrying(from_now=True)
         attempts = 0
         connected = False
+        wait: float | None = 0.0
         for attempt in itertools.count():
-            if self._closed or (cfg.retries is not None and attempt >= max(cfg.retries, 1)):
+            if self._closed or wait is None or (cfg.retries is not None and attempt >= max(cfg.retries, 1)):
                 break
-            wait = min(cfg.retry_wait * 2 ** (attempt - 1), 30) * (attempt > 1)  # failover to the next: at once
-            if attempt and cfg.retry_for is not None:
-                left = began + cfg.retry_for - time.monotonic()
-                if left <= 0:
-                    break
-                wait = min(wait, left)  # the last attempt comes when the time is up, not before
             await asyncio.sleep(wait)
             server = self.choose(tried if len(tried) < len(cfg.servers) else set())
+            peer = str(server)
             tried.add(id(server))
             attempts += 1
             try:
@@ -441,7 +438,7 @@ class ForwardSender:
                 self.down_until[id(server)] = time.monotonic() + max(cfg.recover_wait, 30)
             except (OSError, TimeoutError, ProtocolError) as e:
                 last = f"{server}: {failure_reason(e) if str(e) else 'no answer within the connect timeout'}"
-                # each attempt is info: the caller reports the chunk's failure (SendFailed) once
+                # each attempt is info: the caller reports the chunk's failure (PeerUnavailable) once
                 log.info("send to %s failed, retrying: %s", server, last,
                          extra={"peer": str(server), "attempt": attempt + 1})
                 if cfg.waiting is not None:
@@ -450,8 +447,10 @@ class ForwardSender:
                 stale = self.links.pop(id(server), None)
                 if stale is not None:
                     stale.close()
-        raise SendFailed(f"no server acknowledged the batch after {attempts} attempt{'s' if attempts != 1 else ''}"
-                         f" in {time.monotonic() - began:.1f} s; the last: {last}", connected=connected)
+            wait = retry.failed()
+        raise PeerUnavailable(peer, last, connected=connected, message=(
+            f"no server acknowledged the batch after {attempts} attempt{'s' if attempts != 1 else ''}"
+            f" in {time.monotonic() - began:.1f} s; the last: {last}"))
 
     # --- heartbeats feeding the failure detector ---
 
@@ -572,7 +571,7 @@ def tag_runs(lines: list[bytes], default_tag: str, first_number: int) -> list[tu
         try:
             tag, seconds, nanos, record = parse_line(line, default_tag)
         except (ValueError, TypeError, OverflowError) as e:  # an envelope whose time is not a number
-            raise SendFailed(f"line {number}: {e}") from e
+            raise InvalidInputLine(f"line {number}: {e}") from e
         if not runs or runs[-1][0] != tag:
             runs.append((tag, []))
         runs[-1][1].append((seconds, nanos, record))

@@ -21,16 +21,12 @@ from logport.clients import flags
 from logport.clients.lines import count, record_from_line
 from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
 from logport.clients.stream import skip_acknowledged as resume
-from logport.errors import ConfigError, LogportError, RemoteProtocolError
+from logport.errors import ConfigError, LogjamRefused, LogportError
 from logport.protocols import logjam as lj
 
 DEFAULT_ROUTER = "tcp://127.0.0.1:9604"
 DEFAULT_SERVER = "127.0.0.1:9604"  # `logport send logjam --server`
 LATE_REPLY = 1.0  # seconds without a reply before a waiting producer says it waits
-
-
-class LogjamRefused(RemoteProtocolError):
-    """The device answered a sync send with something other than `202 Accepted`."""
 
 
 class LogjamProducer:

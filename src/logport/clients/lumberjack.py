@@ -23,9 +23,10 @@ import orjson
 
 from logport.clients import flags
 from logport.clients.lines import count, record_from_line
+from logport.clients.retry import JITTER, Backoff
 from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
 from logport.clients.stream import skip_acknowledged as resume
-from logport.errors import LogportError, ServerUnavailable, failure_reason
+from logport.errors import LogportError, PeerUnavailable, failure_reason
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
     V1,
@@ -43,10 +44,6 @@ log = logging.getLogger("logport.lumberjack.client")
 
 MAX_RECONNECT_DELAY = 30.0
 DEFAULT_PORT = 5044
-
-
-class ClientClosed(LogportError):
-    """The client was closed before a window was acknowledged."""
 
 
 def window_frames(version: int, items: Sequence[Any], level: int) -> bytes:
@@ -118,7 +115,7 @@ class LumberjackClient:
     """Send windows to a Logstash-compatible server; `send` returns once they are acknowledged.
 
     It reconnects for ever, unless `retry_for` is set: after that many seconds without reaching the
-    server (or without an ack from it) every window waiting fails with ServerUnavailable.
+    server (or without an ack from it) every window waiting fails with PeerUnavailable.
     """
 
     def __init__(self, host: str, port: int, *, version: int = 2, window_size: int = 2048,
@@ -149,7 +146,7 @@ class LumberjackClient:
         self._last_progress = time.monotonic()
         self._runner: asyncio.Task[None] | None = None
         self._closed = False
-        self._failed: ServerUnavailable | None = None  # gave up: retry_for passed
+        self._failed: PeerUnavailable | None = None  # gave up: retry_for passed
 
     # --- public ---
 
@@ -193,7 +190,7 @@ class LumberjackClient:
         if self._failed is not None:
             raise self._failed
         if self._closed:
-            raise ClientClosed("lumberjack client is closed")
+            raise PeerUnavailable(self.peer, "the client is closed", message="lumberjack client is closed")
 
     async def flush(self) -> None:
         """Wait until everything sent so far is acknowledged."""
@@ -214,7 +211,8 @@ class LumberjackClient:
             except asyncio.CancelledError:
                 pass
         self._drop_wire()
-        self._fail_windows(ClientClosed("lumberjack client closed before the window was acknowledged"))
+        self._fail_windows(PeerUnavailable(self.peer, "the client was closed before the window was acknowledged",
+                                           message="lumberjack client closed before the window was acknowledged"))
 
     def _fail_windows(self, error: LogportError) -> None:
         for window in self.inflight:
@@ -225,7 +223,7 @@ class LumberjackClient:
         self._space.set()
 
     def _give_up(self, reason: str, connected: bool) -> None:
-        self._failed = ServerUnavailable(self.peer, reason, waited=self.retry_for, connected=connected)
+        self._failed = PeerUnavailable(self.peer, reason, waited=self.retry_for, connected=connected)
         self._fail_windows(self._failed)
 
     # --- acks ---
@@ -258,8 +256,8 @@ class LumberjackClient:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        delay = self.reconnect_delay
-        failing_since: float | None = None  # since when nothing got through (None: it works)
+        # a run of failures: since nothing got through (connects failed, or sessions acknowledged nothing)
+        retry = Backoff(self.reconnect_delay, MAX_RECONNECT_DELAY, JITTER, self.retry_for).retrying()
         outage = False  # a lost connection was reported: the reconnects that follow are info, not warnings
         while not self._closed:
             connect_timeout = max(self.ack_timeout, 5.0)
@@ -272,17 +270,16 @@ class LumberjackClient:
                         server_hostname=self.server_hostname if self.ssl_context else None)
             except (TimeoutError, OSError, ssl.SSLError) as e:
                 reason = failure_reason(e) if str(e) else f"no connection within {connect_timeout:g} s"
-                failing_since = failing_since or time.monotonic()
-                if self._out_of_time(failing_since):
+                wait = retry.failed()
+                if wait is None:
                     self._give_up(reason, connected=False)
                     return
                 # each attempt is info: the outage is reported once (below, or as the error of giving up)
-                log.info(f"connecting to {self.peer} failed: {reason}; retrying in {delay:g} s",
-                         extra={"peer": self.peer, "error": reason, "retry_in": delay})
+                log.info(f"connecting to {self.peer} failed: {reason}; retrying in {wait:.3g} s",
+                         extra={"peer": self.peer, "error": reason, "retry_in": round(wait, 3)})
                 if self.waiting is not None:
                     self.waiting(self.peer, reason)
-                await asyncio.sleep(self._capped(delay, failing_since))
-                delay = min(delay * 2, MAX_RECONNECT_DELAY)
+                await asyncio.sleep(wait)
                 continue
             self._wire = wire
             self.connects += 1
@@ -297,17 +294,21 @@ class LumberjackClient:
             self._drop_wire()
             if self._closed:
                 return
-            progressed = self.acks > acks_before
-            if progressed:
-                failing_since, outage = None, False
-            failing_since = failing_since or time.monotonic()
+            if self.acks > acks_before:  # the session got something through: a new run of failures
+                retry.succeeded()
+                outage = False
             if timed_out:
                 reason = f"no ack within ack_timeout {self.ack_timeout:g} s"
             else:
                 reason = failure_reason(lost) if lost is not None else "it closed the connection"
-            if self.inflight and self._out_of_time(failing_since):
-                self._give_up(reason, connected=True)
-                return
+            # a server that takes the connection but acknowledges nothing (say, it refuses a window over its
+            # limits) is retried ever more slowly, like one that refuses connections
+            wait = retry.failed()
+            if wait is None:
+                if self.inflight:
+                    self._give_up(reason, connected=True)
+                    return
+                wait = 0.0  # nothing to send: the time is up only for windows waiting
             windows = len(self.inflight)
             extra: dict[str, Any] = {"peer": self.peer, "error": reason}
             if timed_out:
@@ -316,19 +317,7 @@ class LumberjackClient:
                 f"{self.peer} went away ({reason}); reconnecting, then resending "
                 f"{windows} unacknowledged window{'s' if windows != 1 else ''}", extra=extra)
             outage = True
-            # a server that takes the connection but acknowledges nothing (say, it refuses a window
-            # over its limits) is retried ever more slowly, like one that refuses connections
-            delay = self.reconnect_delay if progressed else min(delay * 2, MAX_RECONNECT_DELAY)
-            await asyncio.sleep(self._capped(delay, failing_since))
-
-    def _out_of_time(self, failing_since: float) -> bool:
-        return self.retry_for is not None and time.monotonic() - failing_since >= self.retry_for
-
-    def _capped(self, delay: float, failing_since: float) -> float:
-        """`delay`, but no later than retry_for allows: the last attempt comes when the time is up."""
-        if self.retry_for is None:
-            return delay
-        return max(0.0, min(delay, failing_since + self.retry_for - time.monotonic()))
+            await asyncio.sleep(wait)
 
     async def _watch(self, wire: _Wire) -> bool:
         """Wait until the connection is lost (False) or no ack came for ack_timeout with windows out (True)."""

@@ -20,8 +20,8 @@ from logport import errors
 from logport.batch import BatchDecodeError, Entry, decode_batch
 from logport.clients import flags
 from logport.clients.lines import count as events
+from logport.clients.retry import JITTER, Backoff
 from logport.clients.stream import (
-    InputDoesNotFit,
     Sender,
     SenderInput,
     SendProgress,
@@ -83,22 +83,6 @@ class _FrameStitcher:
         return found
 
 
-class SegmentRequestFailed(errors.LogportError):
-    """The server answered a request with an error reply."""
-
-    def __init__(self, reply: sp.Message) -> None:
-        super().__init__(f"segment server refused: {reply}")
-        self.reply = reply
-
-
-class AcknowledgedDataLost(errors.LogportError):
-    """The server's ack level went backwards: data it had acknowledged is gone (fsync off, disk lost)."""
-
-
-class InputDoesNotResume(InputDoesNotFit):
-    """`logport send segment --connection-id`: the input does not line up with what the server stored for the id."""
-
-
 def reply_error(reply: sp.Message) -> errors.LogportError:
     """The exception an error reply stands for (store errors where one matches)."""
     if isinstance(reply, sp.NoSuchSegment):
@@ -116,7 +100,7 @@ def reply_error(reply: sp.Message) -> errors.LogportError:
                    or errors.CorruptData.from_message(reply.segment, reply.message))
         if corrupt is not None:
             return corrupt
-    return SegmentRequestFailed(reply)
+    return errors.SegmentRequestFailed(reply)
 
 
 def parse_server(server: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
@@ -134,10 +118,6 @@ READS_AHEAD = 3  # reads BlockingSegmentClient.iter_frames and SegmentReader.fra
 # behind at the end of 256 MiB; 16 MiB: 13-32 ms; load average 4-5)
 TAIL_READ = 256 * 1024 * 1024
 _SPARE_REFS = 3  # sys.getrefcount of a spare buffer nothing else holds: the list, the loop, the call
-
-
-class _ReadEnough(Exception):
-    """could_start_frame has read the windows it reads."""
 
 
 class BlockingSegmentClient:
@@ -234,19 +214,17 @@ class BlockingSegmentClient:
         def pread(position: int, max_bytes: int, limit: int) -> bytes:
             nonlocal done
             if done == reads:
-                raise _ReadEnough
+                done += 1  # read enough: an empty read ends the walk
+                return b""
             done += 1
             return self.read(name, position, min(max_bytes, limit - position))[0]
 
         position = offset
-        try:
-            for frame_offset, frame_type, length, _ in walk_frames(pread, offset, end):
-                if frame_type not in frames.STORED_TYPES:
-                    return False
-                position = frame_offset + frames.HEADER_SIZE + length
-        except _ReadEnough:
-            return True
-        return position == end  # short of it: a header or frame ran past the end
+        for frame_offset, frame_type, length, _ in walk_frames(pread, offset, end):
+            if frame_type not in frames.STORED_TYPES:
+                return False
+            position = frame_offset + frames.HEADER_SIZE + length
+        return done > reads or position == end  # short of it: a header or frame ran past the end
 
     def check_start(self, name: str, offset: int) -> None:
         """Refuse a start offset below the segment's start, past its end, or (as far as a few reads tell)
@@ -651,8 +629,7 @@ class SegmentAppender:
         return f"{self.host}:{self.port}"
 
     async def _run(self) -> None:
-        delay = self.reconnect_delay
-        failing_since: float | None = None
+        retry = Backoff(self.reconnect_delay, self.max_reconnect_delay, JITTER, self.retry_for).retrying()
         refused_before = False  # the last session was set up only to refuse every block
         while not self._closing:
             self._set_up = False
@@ -661,13 +638,14 @@ class SegmentAppender:
             except errors.AuthenticationError as e:
                 self._fail(e)
                 return
-            except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError, SegmentRequestFailed) as e:
+            except (ConnectionError, OSError, TimeoutError, errors.RemoteProtocolError,
+                    errors.SegmentRequestFailed) as e:
                 reason = errors.failure_reason(e)
                 if self._set_up and self.ack_level != self._setup_level:
                     self._loss_reported = False  # that session got something stored: this is a new outage
                 if self._set_up and not self._loss_reported:
                     self._loss_reported = True  # until a session stores something again, the retries are info
-                    what = "refused a block" if isinstance(e, SegmentRequestFailed) else "went away"
+                    what = "refused a block" if isinstance(e, errors.SegmentRequestFailed) else "went away"
                     log.warning(f"segment server {self.peer} {what} ({reason}); reconnecting, then resending"
                                 f" the {self._unacked_bytes:,} bytes it had not acknowledged (it stores none twice)",
                                 extra={"peer": self.peer, "error": reason})
@@ -677,23 +655,23 @@ class SegmentAppender:
                     if self.waiting is not None and not self._set_up:
                         self.waiting(self.peer, reason)
                 # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
-                refused = self._set_up and isinstance(e, SegmentRequestFailed) and self.ack_level == self._setup_level
+                refused = (self._set_up and isinstance(e, errors.SegmentRequestFailed)
+                           and self.ack_level == self._setup_level)
                 if self._set_up and not refused:  # that session worked: start the back-off afresh
-                    failing_since = None
-                    delay = self.reconnect_delay
+                    retry.succeeded()
                 elif refused and not refused_before:
                     # the first of a run of sessions set up only to refuse every block (OperationFailed: a full
                     # disk): retry_for counts from here (not from an older failure before a long quiet session),
                     # and the back-off keeps growing, else the client would resend all it holds every
                     # reconnect_delay for ever
-                    failing_since = None
+                    retry.restart_clock()
                 refused_before = refused
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if now - failing_since > self.retry_for:
-                    self._fail(errors.ServerUnavailable(f"segment server {self.peer}", reason, waited=self.retry_for,
-                                                        connected=self._set_up))
+                delay = retry.failed()
+                if delay is None:
+                    self._fail(errors.PeerUnavailable(f"segment server {self.peer}", reason, waited=self.retry_for,
+                                                      connected=self._set_up))
                     return
+                wait = delay
             except errors.LogportError as e:  # an error reply no retry can fix
                 self._fail(e)
                 return
@@ -704,8 +682,7 @@ class SegmentAppender:
             if self._closing:
                 return
             self.reconnects += 1
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.max_reconnect_delay)
+            await asyncio.sleep(wait)
 
     def _fail(self, error: BaseException) -> None:
         self._error = error
@@ -785,7 +762,7 @@ class SegmentAppender:
             return
         self._drop_acked(level)
         if level < self.ack_level:
-            raise AcknowledgedDataLost(
+            raise errors.AcknowledgedDataLost(
                 f"segment server's ack level {level} for connection {self.connection_id} is below the"
                 f" {self.ack_level} it acknowledged before: acknowledged data was lost"
             )
@@ -1072,23 +1049,21 @@ class SegmentReader:
     async def connect_retrying(self, retry_for: float | None,
                                waiting: Callable[[str, str], None] | None = None) -> SegmentReader:
         """connect(), again and again (0.2 s apart, then up to 2 s) until it works, `waiting` told (server,
-        reason) of each failure; after `retry_for` seconds (None: never) ServerUnavailable says why the last
+        reason) of each failure; after `retry_for` seconds (None: never) PeerUnavailable says why the last
         attempt failed."""
-        began = time.monotonic()
-        delay = 0.2
+        retry = Backoff(0.2, 2.0, JITTER, retry_for).retrying(from_now=True)
         while True:
             try:
                 return await self.connect()
             except (ConnectionError, OSError, TimeoutError) as e:
-                left = None if retry_for is None else began + retry_for - time.monotonic()
-                if left is not None and left <= 0:
+                wait = retry.failed()
+                if wait is None:
                     reason = errors.failure_reason(e) if str(e) else f"no connection within {self.connect_timeout:g} s"
-                    raise errors.ServerUnavailable(f"segment server {self.host}:{self.port}", reason,
-                                                   waited=retry_for) from None
+                    raise errors.PeerUnavailable(f"segment server {self.host}:{self.port}", reason,
+                                                 waited=retry_for) from None
                 if waiting is not None:
                     waiting(f"{self.host}:{self.port}", errors.failure_reason(e) if str(e) else "no connection")
-                await asyncio.sleep(delay if left is None else min(delay, left))
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(wait)
 
     async def wait_for_segment(self, segment: str, waiting: Callable[[], None], poll: float = 0.5) -> None:
         """Return once `segment` exists on the server; `waiting` is called once if it does not yet."""
@@ -1182,7 +1157,7 @@ async def cat_from_server(server: str, segment: str, offset: int | None, follow:
             try:
                 await asyncio.to_thread(_check_start, host, port, segment, offset, ssl)
             except OSError as e:
-                raise errors.ServerUnavailable(f"segment server {host}:{port}", errors.failure_reason(e)) from None
+                raise errors.PeerUnavailable(f"segment server {host}:{port}", errors.failure_reason(e)) from None
         async for frame_offset, body in reader.events(segment, offset, follow=follow):
             write_events(out, segment, frame_offset, body)
     finally:
@@ -1252,7 +1227,7 @@ class LineAppender:
                     if offset < stored:
                         start, offset = offset, offset + frames.HEADER_SIZE + len(body)
                         if offset > stored:
-                            raise InputDoesNotResume(
+                            raise errors.InputDoesNotResume(
                                 f"the server's ack level for connection {self.connection_id} on segment {segment!r}"
                                 f" is {stored}, inside line {number} of the input (its event spans connection"
                                 f" offsets {start}..{offset}): this is not the input that connection id sent"
@@ -1268,7 +1243,7 @@ class LineAppender:
                 self._marks.append((offset, progress.read))
                 self._count_acked()
             if offset < stored:
-                raise InputDoesNotResume(
+                raise errors.InputDoesNotResume(
                     f"the server's ack level for connection {self.connection_id} on segment {segment!r} is {stored},"
                     f" but the input ends at connection offset {offset}: this is not the input that connection id"
                     f" sent before, or only part of it; nothing appended")

@@ -17,15 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logport.clients.lines import count
-from logport.errors import ConfigError, LogportError
+from logport.errors import ConfigError, InputDoesNotFit, LogportError
 
 READ_SIZE = 256 * 1024
 QUEUED_READS = 16  # reads handed to the event loop and not taken yet; the reading thread waits beyond them
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as a shell reports a killed command
-
-
-class InputDoesNotFit(LogportError):
-    """The input is not what the command was told it is (a resume over other lines): exit 2, a usage error."""
 
 
 class _End:

@@ -21,9 +21,10 @@ from prometheus_client import Counter
 
 from logport import tls as tls_contexts
 from logport.batch import BatchDecodeError, decode_batch
-from logport.clients.forward import ForwardSender, SenderConfig, SendFailed, ServerAddress
+from logport.clients.forward import MAX_RETRY_WAIT, ForwardSender, SenderConfig, ServerAddress
+from logport.clients.retry import Backoff
 from logport.config import ForwardOutputConfig, output_name
-from logport.errors import OffsetTruncated
+from logport.errors import OffsetTruncated, PeerUnavailable
 from logport.outputs.follower import SegmentFollower
 from logport.outputs.lag import OutputLag
 from logport.protocols import forward as fp
@@ -31,7 +32,6 @@ from logport.runtime import Runtime
 
 log = logging.getLogger("logport.forward.output")
 
-_RETRY_WAIT_MAX = 30.0
 _PASSED_OPTIONS = ("fluent_signal", "metadata")  # what a downstream Fluentd / Fluent Bit may use
 # A stored entry is a fixarray of 2 (what the Forward server keeps and logport packs); in a v1.5 entry
 # `[[time, meta], record]` an array header follows it. A batch without any of these byte pairs has no
@@ -178,22 +178,22 @@ class ForwardOutput:
         return out, count
 
     async def _run(self) -> None:
-        wait = self.config.retry_wait
+        retry = Backoff(self.config.retry_wait, MAX_RETRY_WAIT).retrying()
         while not self._stopping:
             try:
                 if await self._send_next():
-                    wait = self.config.retry_wait
+                    retry.succeeded()
                 continue
-            except SendFailed as e:
-                log.warning("forward output: %s; retrying in %.1f s", e, wait, extra={"output": self.name})
-            except Exception:
-                # anything else (a store read, a checkpoint write) must not stop forwarding for good
-                log.exception("forward output failed; retrying from the checkpoint in %.1f s", wait,
-                              extra={"output": self.name})
+            except Exception as e:
+                wait = retry.failed() or 0.0  # it never gives up: never None
+                if isinstance(e, PeerUnavailable):
+                    log.warning("forward output: %s; retrying in %.1f s", e, wait, extra={"output": self.name})
+                else:  # anything else (a store read, a checkpoint write) must not stop forwarding for good
+                    log.exception("forward output failed; retrying from the checkpoint in %.1f s", wait,
+                                  extra={"output": self.name})
             self.failures.inc()
             self.follower.rewind()
             await asyncio.sleep(wait)
-            wait = min(wait * 2, _RETRY_WAIT_MAX)
 
     async def _send_next(self) -> bool:
         """Send the next stored batches and commit them once acknowledged; False if there was nothing."""

@@ -21,9 +21,11 @@ from typing import Any
 
 import msgpack
 
+from logport import _native
 from logport.batch import MAX_NESTING_DEPTH
 from logport.errors import (
     AuthenticationError,
+    ForwardProtocolError,
     LimitExceeded,
     LocalProtocolError,
     RemoteProtocolError,
@@ -41,10 +43,6 @@ DEFAULT_CHUNK_SIZE_LIMIT = 16 * 1024 * 1024  # as [forward] chunk_size_limit
 DEFAULT_DECOMPRESSION_SIZE_LIMIT = 256 * 1024 * 1024
 INVALID_PING = "invalid ping message"  # Fluentd in_forward's PONG reason for anything but a well-formed PING
 _UNICODE = "surrogateescape"  # str payloads are binary (Fluentd sends entries as str32): keep every byte
-
-
-class ForwardProtocolError(RemoteProtocolError):
-    """The Forward peer sent something that is not a Forward message."""
 
 
 class Mode(enum.Enum):
@@ -166,13 +164,11 @@ def _unpacker(limit: int) -> msgpack.Unpacker:
 
 Entries = bytes | memoryview  # packed entries: a received batch's may be a view of the bytes received
 
-_count_entries: Callable[[Entries], int] | None
-_packed_forward_frame: Callable[[Entries, int], tuple[int, int, int, int, int, int] | int] | None
-try:
-    from logport.protocols._forward_scan import count_entries as _count_entries
-    from logport.protocols._forward_scan import packed_forward_frame as _packed_forward_frame
-except ImportError:  # installed without a C compiler: the Python scan and msgpack's unpacker do it all
-    _count_entries = _packed_forward_frame = None
+# without the C pass (not built, or LOGPORT_PUREPYTHON): the Python scan and msgpack's unpacker do it all
+_scan = _native.load("logport.protocols._forward_scan")
+_count_entries: Callable[[Entries], int] | None = _scan.count_entries if _scan else None
+_packed_forward_frame: Callable[[Entries, int], tuple[int, int, int, int, int, int] | int] | None = (
+    _scan.packed_forward_frame if _scan else None)
 
 _MAP_FIRST = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
 _INT_FIRST = frozenset([*range(0x00, 0x80), *range(0xCC, 0xD4), *range(0xE0, 0x100)])

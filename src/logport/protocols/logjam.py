@@ -21,8 +21,13 @@ from typing import Any, Final, Literal
 
 import cramjam
 
-from logport.config import LOGJAM_APP_ENV, LOGJAM_TOPIC
-from logport.errors import LimitExceeded, LocalProtocolError, ProtocolError, RemoteProtocolError
+from logport.errors import (
+    InvalidMessage,
+    LimitExceeded,
+    LocalProtocolError,
+    ProtocolError,
+)
+from logport.names import LOGJAM_APP_ENV, LOGJAM_TOPIC
 from logport.protocols._receivebuffer import NEED_DATA
 
 META: Final = struct.Struct("!HBBIQQ")  # tag, compression, version, device, created_ms, sequence
@@ -50,16 +55,8 @@ HEARTBEAT: Final = b"heartbeat"
 
 # app-env = application "-" environment; application = ALPHA *(ALPHA / "_" / "-");
 # environment = ALPHA *(ALPHA / "_"). The environment is what follows the last "-".
-_APP_ENV = LOGJAM_APP_ENV  # written once, in config.py, which checks the republisher's names with them too
+_APP_ENV = LOGJAM_APP_ENV  # written once, in names.py; the config checks the republisher's names with them too
 _TOPIC = LOGJAM_TOPIC
-
-
-class InvalidMessage(RemoteProtocolError):
-    """A logjam message breaks the protocol; `reason` says how (it is counted by reason)."""
-
-    def __init__(self, reason: str, message: str, *, peer: str | None = None) -> None:
-        super().__init__(message, peer=peer)
-        self.reason = reason
 
 
 # --- events ---

@@ -30,18 +30,23 @@ import msgpack
 import orjson
 import ormsgpack
 
+from logport import _native
 from logport.batch import ENTRY_HEAD, MAX_NESTING_DEPTH, encode_batch_pieces
 from logport.config import LumberjackConfig
-from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport.errors import (
+    LimitExceeded,
+    LocalProtocolError,
+    RemoteProtocolError,
+    TLSOnPlaintextPort,
+)
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
 
-_scan_window: Callable[..., tuple[list[tuple[str | None, bytes, int]], int, int] | None] | None
-_scan_events: Callable[..., list[tuple[str | None, bytes, int]] | None] | None
-try:
-    from logport.protocols._lumberjack_scan import decode_window as _scan_window
-    from logport.protocols._lumberjack_scan import pack_json_events as _scan_events
-except ImportError:  # installed without a C compiler: windows are decoded in Python
-    _scan_window = _scan_events = None
+# without the C pass (not built, or LOGPORT_PUREPYTHON): windows are decoded in Python
+_scan = _native.load("logport.protocols._lumberjack_scan")
+_scan_window: Callable[..., tuple[list[tuple[str | None, bytes, int]], int, int] | None] | None = (
+    _scan.decode_window if _scan else None)
+_scan_events: Callable[..., list[tuple[str | None, bytes, int]] | None] | None = (
+    _scan.pack_json_events if _scan else None)
 
 V1 = 0x31  # '1'
 V2 = 0x32  # '2'
@@ -163,10 +168,6 @@ class WindowDecoded:
 
 
 # --- errors ---
-
-
-class TLSOnPlaintextPort(RemoteProtocolError):
-    """The peer opened with a TLS handshake on a port that does not speak TLS."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from logport.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from logport import _native
+from logport.errors import LimitExceeded, LocalProtocolError, SegmentProtocolError
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
 
 HEADER: Final = struct.Struct(">iI")
@@ -30,10 +31,6 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _EVENT_TYPE: Final = 0
-
-
-class SegmentProtocolError(RemoteProtocolError):
-    """The peer broke the segment protocol."""
 
 
 # --- strings: 2-byte length + Java modified UTF-8 ---
@@ -370,30 +367,37 @@ def _encode_string(text: str, parts: list[bytes]) -> None:
     parts.append(raw)
 
 
+def _encode_strings(texts: tuple[str, ...], parts: list[bytes]) -> None:
+    parts.append(_I32.pack(len(texts)))
+    for text in texts:
+        _encode_string(text, parts)
+
+
+def _encode_opt_int(value: int | None, parts: list[bytes]) -> None:
+    if value is not None:  # absent: the last field of a shorter body
+        parts.append(_I32.pack(value))
+
+
+# how each kind of field is written (as h11's WRITERS): the value, the body's parts so far
+WRITERS: Final[dict[str, Callable[[Any, list[bytes]], None]]] = {
+    "uuid": lambda value, parts: parts.append(value.bytes),
+    "long": lambda value, parts: parts.append(_I64.pack(value)),
+    "int": lambda value, parts: parts.append(_I32.pack(value)),
+    "opt_int": _encode_opt_int,
+    "str": _encode_string,
+    "bool": lambda value, parts: parts.append(bytes((int(value),))),
+    "byte": lambda value, parts: parts.append(bytes((int(value),))),
+    "strings": _encode_strings,
+    "rest": lambda value, parts: parts.append(bytes(value)),
+}
+
+
 def encode_body(message: Message) -> bytes:
     parts: list[bytes] = []
     for name, kind in message.FIELDS:
         value = getattr(message, name)
         try:
-            if kind == "uuid":
-                parts.append(value.bytes)
-            elif kind == "long":
-                parts.append(_I64.pack(value))
-            elif kind == "int":
-                parts.append(_I32.pack(value))
-            elif kind == "opt_int":
-                if value is not None:
-                    parts.append(_I32.pack(value))
-            elif kind == "str":
-                _encode_string(value, parts)
-            elif kind in ("bool", "byte"):
-                parts.append(bytes((int(value),)))
-            elif kind == "strings":
-                parts.append(_I32.pack(len(value)))
-                for text in value:
-                    _encode_string(text, parts)
-            else:  # rest
-                parts.append(bytes(value))
+            WRITERS[kind](value, parts)
         except (struct.error, ValueError, AttributeError, TypeError) as e:
             raise LocalProtocolError(f"{type(message).__name__}.{name} = {value!r:.80} cannot be encoded: {e}") from None
     return b"".join(parts)
@@ -408,73 +412,98 @@ def encode(message: Message) -> bytes:
     return HEADER.pack(message.TYPE, len(body)) + body
 
 
+class _BodyReader:
+    """Where decoding a message's body has got to: each field kind's reader takes its field from `pos` on."""
+
+    __slots__ = ("cls", "body", "view", "pos", "end")
+
+    def __init__(self, cls: type[Message], body: bytes | memoryview) -> None:
+        self.cls = cls
+        self.body = body
+        self.view = memoryview(body)
+        self.pos = 0
+        self.end = len(self.view)
+
+    def need(self, n: int, what: str) -> None:
+        if self.pos + n > self.end:
+            raise SegmentProtocolError(f"{self.cls.__name__} of {self.end} bytes is too short for its {what}")
+
+    def read_uuid(self, name: str) -> uuid.UUID:
+        self.need(16, name)
+        self.pos += 16
+        return uuid.UUID(bytes=bytes(self.view[self.pos - 16 : self.pos]))
+
+    def read_long(self, name: str) -> int:
+        self.need(8, name)
+        self.pos += 8
+        return _I64.unpack_from(self.view, self.pos - 8)[0]
+
+    def read_int(self, name: str) -> int:
+        self.need(4, name)
+        self.pos += 4
+        return _I32.unpack_from(self.view, self.pos - 4)[0]
+
+    def read_opt_int(self, name: str) -> int | None:
+        return None if self.pos == self.end else self.read_int(name)
+
+    def read_str(self, what: str) -> str:
+        self.need(2, what)
+        (n,) = _U16.unpack_from(self.view, self.pos)
+        self.need(2 + n, what)
+        text = decode_modified_utf8(self.view[self.pos + 2 : self.pos + 2 + n])
+        self.pos += 2 + n
+        return text
+
+    def read_bool(self, name: str) -> bool:
+        self.need(1, name)
+        value = self.view[self.pos]
+        if value > 1:
+            raise SegmentProtocolError(f"{self.cls.__name__}.{name} is {value}, not a boolean 0 or 1")
+        self.pos += 1
+        return bool(value)
+
+    def read_byte(self, name: str) -> int:
+        self.need(1, name)
+        self.pos += 1
+        return self.view[self.pos - 1]
+
+    def read_strings(self, name: str) -> tuple[str, ...]:
+        self.need(4, name)
+        (count,) = _I32.unpack_from(self.view, self.pos)
+        self.pos += 4
+        if count < 0 or count * 2 > self.end - self.pos:
+            raise SegmentProtocolError(f"{self.cls.__name__} announces {count} strings in {self.end - self.pos} bytes")
+        return tuple(self.read_str(name) for _ in range(count))
+
+    def read_rest(self, name: str) -> bytes:
+        body = self.body
+        value = body if self.pos == 0 and isinstance(body, bytes) else bytes(self.view[self.pos :])
+        self.pos = self.end
+        return value
+
+
+# how each kind of field is read (as h11's READERS)
+READERS: Final[dict[str, Callable[[_BodyReader, str], Any]]] = {
+    "uuid": _BodyReader.read_uuid,
+    "long": _BodyReader.read_long,
+    "int": _BodyReader.read_int,
+    "opt_int": _BodyReader.read_opt_int,
+    "str": _BodyReader.read_str,
+    "bool": _BodyReader.read_bool,
+    "byte": _BodyReader.read_byte,
+    "strings": _BodyReader.read_strings,
+    "rest": _BodyReader.read_rest,
+}
+
+
 def decode_body(type_code: int, body: bytes | memoryview) -> Message:
     """One message from its type and body; a body of the wrong shape is the peer's error."""
     cls = MESSAGE_TYPES.get(type_code)
     if cls is None:
         raise SegmentProtocolError(f"unknown message type {type_code}")
-    view = memoryview(body)
-    pos = 0
-    end = len(view)
-    values: list[Any] = []
-
-    def need(n: int, what: str) -> None:
-        if pos + n > end:
-            raise SegmentProtocolError(
-                f"{cls.__name__} of {end} bytes is too short for its {what}"
-            )
-
-    def string(what: str) -> str:
-        nonlocal pos
-        need(2, what)
-        (n,) = _U16.unpack_from(view, pos)
-        need(2 + n, what)
-        text = decode_modified_utf8(view[pos + 2 : pos + 2 + n])
-        pos += 2 + n
-        return text
-
-    for name, kind in cls.FIELDS:
-        if kind == "uuid":
-            need(16, name)
-            values.append(uuid.UUID(bytes=bytes(view[pos : pos + 16])))
-            pos += 16
-        elif kind == "long":
-            need(8, name)
-            values.append(_I64.unpack_from(view, pos)[0])
-            pos += 8
-        elif kind == "int":
-            need(4, name)
-            values.append(_I32.unpack_from(view, pos)[0])
-            pos += 4
-        elif kind == "opt_int":
-            if pos == end:
-                values.append(None)
-            else:
-                need(4, name)
-                values.append(_I32.unpack_from(view, pos)[0])
-                pos += 4
-        elif kind == "str":
-            values.append(string(name))
-        elif kind == "bool":
-            need(1, name)
-            if view[pos] > 1:
-                raise SegmentProtocolError(f"{cls.__name__}.{name} is {view[pos]}, not a boolean 0 or 1")
-            values.append(bool(view[pos]))
-            pos += 1
-        elif kind == "byte":
-            need(1, name)
-            values.append(view[pos])
-            pos += 1
-        elif kind == "strings":
-            need(4, name)
-            (count,) = _I32.unpack_from(view, pos)
-            pos += 4
-            if count < 0 or count * 2 > end - pos:
-                raise SegmentProtocolError(f"{cls.__name__} announces {count} strings in {end - pos} bytes")
-            values.append(tuple(string(name) for _ in range(count)))
-        else:  # rest
-            values.append(body if pos == 0 and isinstance(body, bytes) else bytes(view[pos:]))
-            pos = end
+    reader = _BodyReader(cls, body)
+    values: list[Any] = [READERS[kind](reader, name) for name, kind in cls.FIELDS]
+    pos, end = reader.pos, reader.end
     if pos != end:
         raise SegmentProtocolError(f"{cls.__name__} has {end - pos} bytes after its last field")
     if cls is PartialMessage:
@@ -601,12 +630,10 @@ def frame_list_in_python(data: bytes | bytearray | memoryview, base_offset: int)
 
 # The same loops in C (setup.py builds it; it is optional): for 1 KiB events, 435 us per MiB
 # walked in Python and 342 us framed (the client's per-event loop), against a few us in C.
-try:
-    from logport.protocols._segment_scan import append_event_frames, frame_list, walk_events
-except ImportError:  # built without a C compiler
-    append_event_frames = append_event_frames_in_python
-    walk_events = walk_events_in_python
-    frame_list = frame_list_in_python
+_scan = _native.load("logport.protocols._segment_scan")
+append_event_frames = _scan.append_event_frames if _scan else append_event_frames_in_python
+walk_events = _scan.walk_events if _scan else walk_events_in_python
+frame_list = _scan.frame_list if _scan else frame_list_in_python
 
 
 def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes, *, split_at: int | None = None,

@@ -14,43 +14,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from logport.logs import ThrottledLog
+from logport.names import peer_host
+
 DEFAULT_FAILURE_BURST = 10  # failed handshakes a peer address may make in a row
 DEFAULT_FAILURE_RATE = 1.0  # failed handshakes per second a peer address earns back
 DEFAULT_MAX_PEERS = 10000  # addresses a FailureLimiter remembers; the least recently failed are forgotten
-LOG_INTERVAL = 10.0  # seconds between two log lines of the same kind of refusal
-
-
-def peer_host(peer: str) -> str:
-    """The address part of "ip:port", "[v6]:port" or a bare address: what limits are kept per."""
-    if peer.startswith("["):
-        end = peer.find("]")
-        return peer[1:end] if end > 0 else peer
-    if peer.count(":") == 1:  # IPv4 or a host name with a port; a bare IPv6 address has several
-        return peer.rpartition(":")[0]
-    return peer
-
-
-class ThrottledLog:
-    """Logs one line per `interval` seconds for one kind of event; counts the others in between."""
-
-    def __init__(self, log: logging.Logger, interval: float = LOG_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.log = log
-        self.interval = interval
-        self.clock = clock
-        self._next = 0.0
-        self.suppressed = 0
-
-    def warning(self, message: str, **extra: object) -> bool:
-        """Log now (with the count of lines suppressed since the last one), or count it; True if logged."""
-        now = self.clock()
-        if now < self._next:
-            self.suppressed += 1
-            return False
-        self._next = now + self.interval
-        self.log.warning(message, extra={**extra, "suppressed": self.suppressed})
-        self.suppressed = 0
-        return True
 
 
 @dataclass
@@ -136,8 +105,8 @@ class FailureLimiter:
 class ConnectionGuard:
     """Counts a listener's open connections, in total and per peer address, and refuses beyond the limits.
 
-    In `connection_made`: `if not guard.admit(peer): transport.abort(); return`;
-    in `connection_lost` of an admitted connection: `guard.release(peer)`.
+    `admit(peer)` as a connection is made (False: refuse it), `release(peer)` once an admitted one is lost: the
+    listeners call them through TcpListener.admit and forget (servers/_lifecycle.py).
     `max_per_peer = 0` means no per-address limit.
     """
 

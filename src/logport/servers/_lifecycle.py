@@ -15,7 +15,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from prometheus_client import Counter, Gauge
+
 from logport.config import TLSConfig
+from logport.servers._guard import ConnectionGuard, FailureLimiter
 from logport.tls import server_options
 
 log = logging.getLogger("logport.lifecycle")
@@ -158,19 +161,105 @@ class DrainableConnection(Protocol):
 
 
 LIFECYCLE = "lifecycle"  # the ReadGate reason of the hub's pause
-BUDGET = "budget"  # the ReadGate reason of a connection over what it may hold unstored (each listener's own measure)
+BUDGET = "budget"  # the ReadGate reason of a connection over its ReceiveBudget
+
+
+class Budgeted(Protocol):
+    """A connection under a `ReceiveBudget`."""
+
+    gate: ReadGate
+
+    def held(self) -> int:
+        """What it holds received and not yet stored, in its budget's unit (bytes, or windows)."""
+        ...
+
+
+class ReceiveBudget:
+    """What a listener's connections may hold received and not yet stored, in bytes or in windows.
+
+    A connection stops reading once it holds more than `limit`, or once the listener's connections together
+    hold more than `total_limit` (`held`: what the listener counts in); it reads again once it holds `resume`
+    or less and the listener `total_resume` or less: half of each unless told, so that a pause is not undone by
+    the next read. A paused connection waits in `paused`: when the listener's total falls, every one of them
+    is looked at (its own appends may all be answered, and nothing of its own would look again). `pauses`
+    counts the pauses (the listener's read-pause metric).
+    """
+
+    __slots__ = ("limit", "resume", "total_limit", "total_resume", "held", "paused", "pauses")
+
+    def __init__(self, limit: int, total_limit: int | None = None, *, resume: int | None = None,
+                 pauses: Counter | None = None) -> None:
+        self.held = 0
+        self.paused: set[Budgeted] = set()
+        self.pauses = pauses
+        self.limit = self.resume = 0
+        self.total_limit: int | None = None
+        self.total_resume = 0
+        self.set_limits(limit, total_limit, resume=resume)
+
+    def set_limits(self, limit: int, total_limit: int | None = None, *, resume: int | None = None) -> None:
+        """New limits (a reload): they apply from the next byte received or stored."""
+        self.limit = limit
+        self.resume = limit // 2 if resume is None else resume
+        self.total_limit = total_limit
+        self.total_resume = total_limit // 2 if total_limit is not None else 0
+
+    def over(self, held: int) -> bool:
+        """A connection holding `held`, or the listener, is over its limit."""
+        return held > self.limit or (self.total_limit is not None and self.held > self.total_limit)
+
+    def check(self, conn: Budgeted) -> None:
+        """`conn` received more: it stops reading if it, or the listener, is over."""
+        if not conn.gate.holds(BUDGET) and self.over(conn.held()):
+            self.paused.add(conn)
+            conn.gate.hold(BUDGET)
+            if self.pauses is not None:
+                self.pauses.inc()
+
+    def relieve(self, conn: Budgeted) -> None:
+        """What `conn` held was (partly) stored: it reads again if it and the listener have room, and so does
+        every connection that waited for the listener's total to fall."""
+        self._resume_if_under(conn)
+        if self.paused and self.total_limit is not None and self.held <= self.total_resume:
+            for other in list(self.paused):
+                self._resume_if_under(other)
+
+    def forget(self, conn: Budgeted) -> None:
+        self.paused.discard(conn)
+
+    def _total_under(self) -> bool:
+        return self.total_limit is None or self.held <= self.total_resume
+
+    def _resume_if_under(self, conn: Budgeted) -> None:
+        if conn.gate.holds(BUDGET) and conn.held() <= self.resume and self._total_under():
+            self.paused.discard(conn)
+            conn.gate.release(BUDGET)
+
+
+class ListenerMetrics(Protocol):
+    connections: Gauge  # open connections
+    errors: Counter  # connections refused or closed on an error, by reason
+
+
+class Admitted(Budgeted, Protocol):
+    """A connection as its listener admits and forgets it."""
+
+    peer: str
 
 
 class TcpListener:
     """The lifecycle of a listener on an asyncio server whose connections are `DrainableConnection`s.
 
-    A subclass sets `self._listening` when it has bound and keeps its live connections in
-    `self.connections`; a connection that it accepts while the listener is paused calls `admit_paused`.
+    A subclass sets `self._listening` when it has bound, and `guard`, `budget`, `metrics` and `connections`
+    (its live connections); each connection calls `admit` as it is made and `forget` as it is lost.
     """
 
     name = "listener"
     _listening: asyncio.AbstractServer | None
     connections: set[Any]
+    guard: ConnectionGuard
+    budget: ReceiveBudget
+    metrics: ListenerMetrics
 
     def __init__(self) -> None:
         self._listening = None
@@ -204,10 +293,34 @@ class TcpListener:
     def serving(self) -> bool:
         return self._listening is not None and self._listening.is_serving() and not self.draining
 
-    def admit_paused(self, gate: ReadGate) -> None:
-        """A connection accepted while the listener is paused starts paused."""
-        if self.reads_paused:
-            gate.hold(LIFECYCLE)
+    def admit(self, conn: Admitted, transport: asyncio.Transport,
+              failures: FailureLimiter | None = None) -> bool:
+        """A connection just made: counted among the listener's (paused if the listener is), or refused (False,
+        its transport aborted, the refusal counted by reason): over max_connections (in all or from its
+        address), or from an address with too many failed handshakes of late (`failures`)."""
+        guard = self.guard
+        if not guard.admit(conn.peer):  # logs the refusals, throttled
+            self.metrics.errors.labels("max_connections").inc()
+            transport.abort()
+            return False
+        if failures is not None and not failures.allow(conn.peer):
+            guard.release(conn.peer)
+            self.metrics.errors.labels("handshake_failures").inc()
+            transport.abort()
+            return False
+        self.connections.add(conn)
+        self.metrics.connections.inc()
+        if self.reads_paused:  # accepted while the listener is paused: it starts paused
+            conn.gate.hold(LIFECYCLE)
+        return True
+
+    def forget(self, conn: Admitted) -> None:
+        """A connection is gone (idempotent: a refused one was never counted)."""
+        self.budget.forget(conn)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.guard.release(conn.peer)
+            self.metrics.connections.dec()
 
     def pause(self) -> None:
         self.reads_paused = True

@@ -29,7 +29,7 @@ from logport.errors import LimitExceeded, ProtocolError, StoreError, StoreLimitE
 from logport.protocols import forward as fp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
-from logport.servers._lifecycle import BUDGET, IdleTimeout, ReadGate, TcpListener, peer_name
+from logport.servers._lifecycle import IdleTimeout, ReadGate, ReceiveBudget, TcpListener, peer_name
 from logport.store import AppendResult, WriterCondition
 from logport.store.appends import Buffer
 from logport.store.frames import EVENT as _EVENT
@@ -37,7 +37,6 @@ from logport.store.frames import HEADER as _FRAME_HEADER
 
 log = logging.getLogger("logport.forward")
 
-_READ_PAUSED_BELOW = 0.5  # resume reading once in-flight bytes fall under half the limit
 _BATCH_OVERHEAD = 512  # room for tag and option next to the entries in one stored frame
 
 
@@ -77,10 +76,11 @@ class ForwardServer(TcpListener):
         self.runtime = runtime
         self.config = runtime.config.forward
         self.hostname = self.config.self_hostname or runtime.hostname
-        self.metrics = runtime.metrics.once(ForwardMetrics, lambda: ForwardMetrics(runtime))
+        self.metrics: ForwardMetrics = runtime.metrics.once(ForwardMetrics, lambda: ForwardMetrics(runtime))
         self.connections: set[ForwardConnection] = set()
-        self.inflight = 0  # bytes received and not yet stored, over all connections
-        self.paused: set[ForwardConnection] = set()
+        # bytes received and not yet stored: max_inflight_bytes per connection, max_total_inflight_bytes in all
+        self.budget = ReceiveBudget(self.config.max_inflight_bytes, self.config.max_total_inflight_bytes,
+                                    pauses=self.metrics.read_pauses)
         self.guard = ConnectionGuard(log, max_connections=self.config.max_connections,
                                      max_per_peer=self.config.max_connections_per_peer)
         self.handshake_failures = FailureLimiter(log, what="forward handshake")  # slows down key guessing
@@ -105,6 +105,7 @@ class ForwardServer(TcpListener):
     def config_changed(self) -> None:
         super().config_changed()
         self.hostname = self.config.self_hostname or self.runtime.hostname
+        self.budget.set_limits(self.config.max_inflight_bytes, self.config.max_total_inflight_bytes)
 
     def stop_accepting(self) -> None:
         super().stop_accepting()
@@ -176,18 +177,8 @@ class ForwardConnection(asyncio.BufferedProtocol):
         addr = transport.get_extra_info("peername") or ("?", 0)
         self.peer = peer_name(transport)
         server = self.server
-        if not server.guard.admit(self.peer):
-            server.metrics.errors.labels("max_connections").inc()
-            transport.abort()
+        if not server.admit(self, transport, server.handshake_failures if self.config.shared_key else None):
             return
-        if self.config.shared_key and not server.handshake_failures.allow(self.peer):
-            server.guard.release(self.peer)
-            server.metrics.errors.labels("handshake_failures").inc()
-            transport.abort()
-            return
-        server.connections.add(self)
-        server.metrics.connections.inc()
-        server.admit_paused(self.gate)
         nonce, salt = server.fixed_nonce or (None, None)
         self.conn = fp.ServerConnection(
             peer=self.peer, shared_key=self.config.shared_key, users=self.config.users, hostname=server.hostname,
@@ -219,11 +210,7 @@ class ForwardConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.server.paused.discard(self)
-        if self in self.server.connections:
-            self.server.connections.discard(self)
-            self.server.guard.release(self.peer)
-            self.server.metrics.connections.dec()
+        self.server.forget(self)
         self.idle.cancel()
 
     def close(self) -> None:
@@ -319,7 +306,7 @@ class ForwardConnection(asyncio.BufferedProtocol):
                 self._flush_soon()
             return
         self.inflight += size
-        server.inflight += size
+        server.budget.held += size
         self.storing += 1
         try:
             tag = batch.tag
@@ -339,26 +326,12 @@ class ForwardConnection(asyncio.BufferedProtocol):
             self.pending.add(future)
             self._order.append(future)
             future.add_done_callback(lambda f: self._stored(f, batch, chunk, count, size))
-        if self.over_budget() and not self.gate.holds(BUDGET) and self.transport is not None:
-            server.paused.add(self)
-            server.metrics.read_pauses.inc()
-            self.gate.hold(BUDGET)
+        server.budget.check(self)
 
-    def over_budget(self) -> bool:
-        """Received but not yet stored: over this connection's limit, or over the whole listener's. The
-        connection's counts the receive spaces its batches still hold, too (a space holds more than them)."""
-        return (self.held_bytes() > self.config.max_inflight_bytes
-                or self.server.inflight > self.config.max_total_inflight_bytes)
-
-    def held_bytes(self) -> int:
+    def held(self) -> int:
+        """Received but not yet stored, in bytes, and the receive spaces its batches still hold (a space holds
+        more than them); the listener's budget counts the batches only."""
         return self.inflight + (self.conn.pinned if self.conn is not None else 0)
-
-    def resume_if_under(self) -> None:
-        cfg = self.config
-        if (self.gate.holds(BUDGET) and self.held_bytes() <= cfg.max_inflight_bytes * _READ_PAUSED_BELOW
-                and self.server.inflight <= cfg.max_total_inflight_bytes * _READ_PAUSED_BELOW):
-            self.server.paused.discard(self)
-            self.gate.release(BUDGET)
 
     def _stored(self, future: asyncio.Future[AppendResult], batch: fp.EventBatch, chunk: str | bytes | None,
                 count: int, size: int) -> None:
@@ -380,7 +353,7 @@ class ForwardConnection(asyncio.BufferedProtocol):
             if chunk is not None:
                 self._acks.append(chunk)
         self.inflight -= size
-        self.server.inflight -= size
+        self.server.budget.held -= size
         self.storing -= 1
         # The appends of a commit group are answered together, in the order made, their callbacks queued one
         # after the other: the last of them writes every ack at once, in this pass of the loop (a call_soon
@@ -404,7 +377,7 @@ class ForwardConnection(asyncio.BufferedProtocol):
 
     def _settled(self, size: int) -> None:
         self.inflight -= size
-        self.server.inflight -= size
+        self.server.budget.held -= size
         self.storing -= 1
         self._flush_soon()
 
@@ -436,10 +409,7 @@ class ForwardConnection(asyncio.BufferedProtocol):
             self._acks.clear()
         if self.eof and not self.storing:  # the last one after the client's EOF
             self.close()
-        self.resume_if_under()
-        if server.paused and server.inflight <= self.config.max_total_inflight_bytes * _READ_PAUSED_BELOW:
-            for conn in list(server.paused):  # the listener's budget has room again
-                conn.resume_if_under()
+        server.budget.relieve(self)
 
 
 def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: dict[str, str],

@@ -16,12 +16,13 @@ import orjson
 import zmq
 from prometheus_client import Counter
 
+from logport import _native
 from logport.batch import entry_head, pack_entry
 from logport.config import LogjamConfig
 from logport.errors import ProtocolError
+from logport.logs import ThrottledLog
 from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
 from logport.runtime import Runtime
-from logport.servers._guard import ThrottledLog
 
 if TYPE_CHECKING:
     from logport.protocols._logjam_scan import Drained
@@ -37,27 +38,27 @@ _packer = msgpack.Packer(use_bin_type=True, autoreset=True, unicode_errors="surr
 # what the store append and the publisher need, as a tuple (a batch makes thousands of them).
 Taken = tuple[bytes, str, bytes, bytes, bytes, int, int]
 
-_pack_body: Callable[[bytes], tuple[bytes, str | None, int | float | None] | None] | None
-_accept_batch: Callable[[list[tuple[list[bytes], str]], bool, int, str, int], list[Taken | None]] | None
-try:
-    from logport.protocols._logjam_scan import accept_batch as _accept_batch
-    from logport.protocols._logjam_scan import pack_body as _pack_body
-except ImportError:  # installed without a C compiler: bodies are decoded in Python
-    _pack_body = _accept_batch = None
+# without the C pass (not built, or LOGPORT_PUREPYTHON): bodies are decoded in Python
+_scan = _native.load("logport.protocols._logjam_scan")
+_pack_body: Callable[[bytes], tuple[bytes, str | None, int | float | None] | None] | None = (
+    _scan.pack_body if _scan else None)
+_accept_batch: Callable[[list[tuple[list[bytes], str]], bool, int, str, int], list[Taken | None]] | None = (
+    _scan.accept_batch if _scan else None)
 
-# The C pass draining a socket itself (built where libzmq's headers were), on pyzmq's own libzmq; None: the
-# listener takes messages with pyzmq and hands them to the C pass (or the Python path) as lists of frames.
-drain: Callable[[int, bool, int, int, str, int, int], Drained] | None = None
-try:
-    from zmq.backend.cython import _zmq as _zmq_backend
 
-    from logport.protocols._logjam_scan import bind_libzmq
-    from logport.protocols._logjam_scan import drain as _drain_c
+def _bound_drain() -> Callable[[int, bool, int, int, str, int, int], Drained] | None:
+    """The C pass draining a socket itself (built where libzmq's headers were), on pyzmq's own libzmq; None: the
+    listener takes messages with pyzmq and hands them to the C pass (or the Python path) as lists of frames."""
+    if _scan is None:
+        return None
+    try:
+        from zmq.backend.cython import _zmq as _zmq_backend
+    except ImportError:  # a pyzmq without its Cython backend
+        return None
+    return _scan.drain if _scan.bind_libzmq(_zmq_backend.__file__) else None  # type: ignore[no-any-return]
 
-    if bind_libzmq(_zmq_backend.__file__):
-        drain = _drain_c
-except ImportError:
-    pass
+
+drain = _bound_drain()
 
 
 def receive_message(sock: zmq.Socket[bytes]) -> tuple[list[bytes], zmq.Frame]:

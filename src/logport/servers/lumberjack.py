@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import typing
 from collections import deque
 from typing import Any
 
@@ -45,6 +46,7 @@ from logport.servers._lifecycle import (
     BUDGET,
     IdleTimeout,
     ReadGate,
+    ReceiveBudget,
     TcpListener,
     peer_name,
     wait_until,
@@ -96,10 +98,12 @@ class LumberjackServer(TcpListener):
         self.config: LumberjackConfig = runtime.config.lumberjack
         cfg = self.config
         self.limits = Limits(cfg.max_payload_size, cfg.max_decompressed_size, cfg.max_window_size, cfg.max_window_bytes)
-        self.metrics = runtime.metrics.once(LumberjackMetrics, lambda: LumberjackMetrics(runtime))
+        self.metrics: LumberjackMetrics = runtime.metrics.once(LumberjackMetrics, lambda: LumberjackMetrics(runtime))
         self.connections: set[LumberjackConnection] = set()
         self.guard = ConnectionGuard(log, max_connections=cfg.max_connections,
                                      max_per_peer=cfg.max_connections_per_peer)
+        # windows being decoded or stored, per connection: reading pauses at PAUSE_AT_WINDOWS
+        self.budget = ReceiveBudget(PAUSE_AT_WINDOWS - 1, resume=RESUME_AT_WINDOWS)
         self.server: asyncio.Server | None = None
         self.max_body = int(runtime.store.config.max_frame_size * BATCH_FILL)
         self.decoders = WorkerPool("lumberjack", cfg.decode_workers) if cfg.decode_workers else None
@@ -168,18 +172,14 @@ class LumberjackConnection(asyncio.Protocol):
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
+        transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
+        self.transport = transport
         self.gate = ReadGate(transport)
         self.peer = peer_name(transport)
         srv = self.server
-        if not srv.guard.admit(self.peer):  # logs the refusals, throttled
-            srv.metrics.errors.labels("max_connections").inc()
+        if not srv.admit(self, transport):
             self.closed = True
-            self.transport.abort()  # type: ignore[union-attr]
             return
-        srv.connections.add(self)
-        srv.metrics.connections.inc()
-        srv.admit_paused(self.gate)
         self.proto = Connection(Role.SERVER, srv.limits, peer=self.peer, windows=True)
         self.task = self.loop.create_task(self._store_windows(), name=f"lumberjack:{self.peer}")
         self.idle.start(self.peer)
@@ -305,11 +305,13 @@ class LumberjackConnection(asyncio.Protocol):
         """Pause reading while PAUSE_AT_WINDOWS windows are being decoded or stored; resume at RESUME_AT_WINDOWS."""
         if self.transport is None or self.closed or self.proto is None:
             return
-        busy = len(self.jobs) + self.proto.decodes_pending
-        if busy >= PAUSE_AT_WINDOWS:
-            self.gate.hold(BUDGET)
-        elif busy <= RESUME_AT_WINDOWS:
-            self.gate.release(BUDGET)
+        budget = self.server.budget
+        budget.check(self)
+        budget.relieve(self)
+
+    def held(self) -> int:
+        """Windows being decoded or stored."""
+        return len(self.jobs) + (self.proto.decodes_pending if self.proto is not None else 0)
 
     @property
     def paused(self) -> bool:
@@ -437,7 +439,4 @@ class LumberjackConnection(asyncio.Protocol):
             self.task.cancel()
         for part in list(self.decodes):
             part.cancel()
-        if self in self.server.connections:
-            self.server.connections.discard(self)
-            self.server.guard.release(self.peer)
-            self.server.metrics.connections.dec()
+        self.server.forget(self)

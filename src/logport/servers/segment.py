@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from logport import errors
-from logport.config import SegmentServerConfig, check_segment_name
+from logport.config import SegmentServerConfig
+from logport.names import check_segment_name
 from logport.protocols import segment as sp
 from logport.runtime import Runtime
 from logport.servers._guard import ConnectionGuard, FailureLimiter
@@ -30,6 +31,7 @@ from logport.servers._lifecycle import (
     SETTLE_POLL,
     IdleTimeout,
     ReadGate,
+    ReceiveBudget,
     TcpListener,
     peer_name,
 )
@@ -78,6 +80,10 @@ class SegmentMetrics:
         self.read_bytes = Counter("logport_segment_read_bytes", "Bytes sent in SegmentRead replies", registry=r)
         self.protocol_errors = Counter("logport_segment_protocol_errors",
                                        "Connections closed for breaking the protocol", registry=r)
+        self.errors = Counter("logport_segment_connection_errors",
+                              "Connections refused (max_connections, handshake_failures)", ["reason"], registry=r)
+        self.read_pauses = Counter("logport_segment_read_pauses",
+                                   "Times a connection stopped reading because the store was behind", registry=r)
         self.receive_pool_bytes = Gauge("logport_segment_receive_pool_bytes",
                                         "Free append-block receive buffers kept for reuse", registry=r)
 
@@ -109,13 +115,15 @@ class SegmentServer(TcpListener):
         self.runtime = runtime
         self.config: SegmentServerConfig = runtime.config.segment
         self.store: SegmentStore = runtime.store
-        self.metrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics(runtime))
+        self.metrics: SegmentMetrics = runtime.metrics.once(SegmentMetrics, lambda: SegmentMetrics(runtime))
         self.hub_id = runtime.hub_id  # answers GetHubInfo
         self.limits = sp.Limits(self.config.max_message_size, self.config.max_event_size,
                                 self.config.max_block_size)
         self.receive_pool = ReceivePool(self.config.receive_pool_bytes)
-        self.pending_bytes = 0  # append-block bytes received and not yet answered by the store, all connections
-        self.paused: set[SegmentServerProtocol] = set()  # connections paused while the listener is over its budget
+        # append-block bytes received and not yet answered by the store: max_pending_bytes per connection,
+        # max_total_pending_bytes in all
+        self.budget = ReceiveBudget(self.config.max_pending_bytes, self.config.max_total_pending_bytes,
+                                    pauses=self.metrics.read_pauses)
         self.metrics.receive_pool_bytes.set_function(lambda: self.receive_pool.free_bytes)
         self.connections: set[SegmentServerProtocol] = set()
         self.guard = ConnectionGuard(log, max_connections=self.config.max_connections,
@@ -141,6 +149,7 @@ class SegmentServer(TcpListener):
         super().config_changed()
         cfg = self.config  # new connections take the new limits; established ones keep theirs
         self.limits = sp.Limits(cfg.max_message_size, cfg.max_event_size, cfg.max_block_size)
+        self.budget.set_limits(cfg.max_pending_bytes, cfg.max_total_pending_bytes)
 
     @property
     def port(self) -> int:
@@ -209,16 +218,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self.gate = ReadGate(transport)
         self.peer = peer_name(transport)
         server = self.server
-        if not server.guard.admit(self.peer):
-            transport.abort()
+        if not server.admit(self, transport, server.auth_failures if server.config.token else None):
             return
-        if server.config.token and not server.auth_failures.allow(self.peer):
-            server.guard.release(self.peer)
-            transport.abort()
-            return
-        self.server.connections.add(self)
-        self.server.metrics.connections.inc()
-        self.server.admit_paused(self.gate)
         self.idle.start(self.peer)
         sock = transport.get_extra_info("socket")
         if sock is not None and transport.get_extra_info("ssl_object") is None:
@@ -230,11 +231,7 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         self._closing = True
         self._can_write.set()
         self.idle.cancel()
-        self.server.paused.discard(self)
-        if self in self.server.connections:
-            self.server.connections.discard(self)
-            self.server.guard.release(self.peer)
-            self.server.metrics.connections.dec()
+        self.server.forget(self)
         if self._control_task is not None:
             self._control_task.cancel()
         for task in list(self.tasks):
@@ -647,12 +644,8 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
         nbytes = len(block.data)
         self.pending_bytes += nbytes
         server = self.server
-        server.pending_bytes += nbytes
-        if server.pending_bytes > self.config.max_total_pending_bytes:
-            server.paused.add(self)  # back-pressure: the store is behind the listener's connections together
-            self.gate.hold(BUDGET)
-        elif self.pending_bytes > self.config.max_pending_bytes:
-            self.gate.hold(BUDGET)  # back-pressure: the store is behind
+        server.budget.held += nbytes
+        server.budget.check(self)  # back-pressure: the store is behind this connection, or all of them
         # Queued in the store now when the writer is set up and every block before is queued: a task
         # starts on the loop's next turn, which comes late while it reads many sockets (8 appenders of
         # 64 KiB events: 618-801 -> 808-883 MB/s). Otherwise the task queues it; tasks start in creation
@@ -671,25 +664,12 @@ class SegmentServerProtocol(asyncio.BufferedProtocol):
 
     def _release(self, nbytes: int) -> None:
         self.pending_bytes -= nbytes
-        server = self.server
-        server.pending_bytes -= nbytes
-        self._resume_if_under()
-        if server.paused and server.pending_bytes <= self.config.max_total_pending_bytes // 2:
-            for conn in list(server.paused):  # the listener's budget has room again
-                conn._resume_if_under()
+        budget = self.server.budget
+        budget.held -= nbytes
+        budget.relieve(self)
 
-    def _resume_if_under(self) -> None:
-        """Read again once this connection is at half its budget or under, and the listener at half its own;
-        under its own but not the listener's, it waits among the listener's paused (its own appends may all
-        be answered: nothing of its own would call this again)."""
-        cfg = self.config
-        if not self.gate.holds(BUDGET) or self.pending_bytes > cfg.max_pending_bytes // 2:
-            return
-        if self.server.pending_bytes > cfg.max_total_pending_bytes // 2:
-            self.server.paused.add(self)
-            return
-        self.server.paused.discard(self)
-        self.gate.release(BUDGET)
+    def held(self) -> int:
+        return self.pending_bytes
 
     @property
     def reading_paused(self) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from logport.errors import LogportError, RemoteProtocolError
+from logport.errors import LogportError, PeerUnavailable, RemoteProtocolError
 from logport.store import frames
 from logport.store.files import ChunkReader
 from logport.store.identity import ensure_hub_identity
@@ -105,15 +105,11 @@ class DirectorySegments:
         self.reader.close()
 
 
-class HubUnreachable(LogportError):
-    """A hub named by the `server` option did not answer within the source's `timeout`."""
-
-
 class ServerSegments:
     """A running hub, over the segment protocol (so executors on other machines can read it).
 
     A connection that fails (refused, reset, timed out: a hub restarting, a link down) is made again
-    until `timeout` seconds have passed since the failure; then HubUnreachable names the hub. Reads
+    until `timeout` seconds have passed since the failure; then PeerUnavailable names the hub. Reads
     are idempotent, so a retried one returns what the failed one would have, from where it stopped.
     """
 
@@ -134,31 +130,36 @@ class ServerSegments:
         return self._client
 
     def _connect(self) -> Any:
+        from logport.clients.retry import JITTER, Backoff
         from logport.clients.segment import BlockingSegmentClient
 
         deadline = time.monotonic() + self.timeout
-        delay = 0.05
+        retry = Backoff(0.05, 1.0, JITTER, self.timeout).retrying(from_now=True)
         while True:
             remaining = deadline - time.monotonic()
             try:
                 return BlockingSegmentClient(self.host, self.port, timeout=max(0.5, min(self.timeout, remaining)))
             except OSError as e:
-                if time.monotonic() + delay >= deadline:
-                    raise HubUnreachable(f"hub {self.server} did not answer within timeout={self.timeout:g} s "
-                                         f"(option timeout): {e.strerror or e}") from None
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
+                wait = retry.failed()
+                if wait is None:
+                    raise PeerUnavailable(f"hub {self.server}", e.strerror or str(e), waited=self.timeout, message=(
+                        f"hub {self.server} did not answer within timeout={self.timeout:g} s (option timeout): "
+                        f"{e.strerror or e}")) from None
+                time.sleep(wait)
 
     def _retrying(self, call: Callable[[Any], T]) -> T:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
                 return call(self.client)
+            except PeerUnavailable:  # no connection within the timeout (_connect): said as it is
+                raise
             except (OSError, ConnectionError) as e:
                 self._drop()
                 if time.monotonic() >= deadline:
-                    raise HubUnreachable(f"hub {self.server} failed and did not come back within "
-                                         f"timeout={self.timeout:g} s (option timeout): {e}") from None
+                    raise PeerUnavailable(f"hub {self.server}", str(e), waited=self.timeout, connected=True, message=(
+                        f"hub {self.server} failed and did not come back within timeout={self.timeout:g} s "
+                        f"(option timeout): {e}")) from None
 
     def _drop(self) -> None:
         if self._client is not None:
@@ -172,7 +173,8 @@ class ServerSegments:
                 self._identity = self._retrying(lambda c: c.hub_id())
             except RemoteProtocolError as e:  # something else listens there (an HTTP proxy, an old hub)
                 self._drop()
-                raise HubUnreachable(f"{self.server} does not answer as a logport hub (GetHubInfo): {e}") from None
+                raise PeerUnavailable(f"hub {self.server}", str(e), connected=True, message=(
+                    f"{self.server} does not answer as a logport hub (GetHubInfo): {e}")) from None
         return self._identity
 
     def names(self) -> list[str]:
@@ -207,12 +209,15 @@ class ServerSegments:
             except GeneratorExit:  # stopped early (the planner found its cut): replies may still be coming,
                 self._drop()  # so the next request goes over a new connection, not one out of step
                 raise
+            except PeerUnavailable:  # no connection within the timeout (_connect): said as it is
+                raise
             except (OSError, ConnectionError) as e:
                 self._drop()
                 deadline = deadline or time.monotonic() + self.timeout
                 if time.monotonic() >= deadline:
-                    raise HubUnreachable(f"hub {self.server} failed reading segment {name!r} at {position} and "
-                                         f"did not come back within timeout={self.timeout:g} s: {e}") from None
+                    raise PeerUnavailable(f"hub {self.server}", str(e), waited=self.timeout, connected=True, message=(
+                        f"hub {self.server} failed reading segment {name!r} at {position} and did not come back "
+                        f"within timeout={self.timeout:g} s: {e}")) from None
 
     def close(self) -> None:
         self._drop()

@@ -18,6 +18,7 @@ import msgpack
 import pyarrow as pa
 
 from logport.batch import ext_hook
+from logport.errors import LogportError
 
 VARIANT_TYPE = pa.struct([
     pa.field("value", pa.binary(), nullable=False),
@@ -38,7 +39,7 @@ _DOUBLE_STRUCT = struct.Struct("<d")
 _U32 = struct.Struct("<I")
 
 
-class VariantTooLarge(ValueError):
+class VariantTooLarge(LogportError, ValueError):
     """A value whose variant form Spark would refuse (value or metadata of SIZE_LIMIT bytes or more)."""
 
 
