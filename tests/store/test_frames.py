@@ -88,7 +88,9 @@ def test_the_walks_agree_with_the_frames(data: bytes) -> None:
     chunk = data[: ends[-1]]
 
     def pread(offset: int, max_bytes: int, end: int) -> bytes:
-        return chunk[offset : min(offset + min(max_bytes, 50), end)]  # windows of a few frames (a body: up to 40)
+        if max_bytes == frames.HEADER_WINDOW:  # windows of a few frames; a body read whole, as a file gives it
+            max_bytes = 50
+        return chunk[offset : min(offset + max_bytes, end)]
 
     assert [at for at in range(len(chunk) + 1) if frames.reaches(pread, 0, at)] == ends
     walked = [(o, t, n, bytes(b)) for o, t, n, b in frames.walk_frames(pread, 0, len(chunk), with_body={0})]
