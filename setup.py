@@ -1,7 +1,7 @@
 """The C extensions, the per-event loops of the wire protocols and the Spark source's VARIANT encoder; the
 rest of the metadata is in pyproject.toml: PackedForward's entry scan, the segment protocol's event walk and
 framing, Lumberjack windows and logjam bodies from JSON to stored entries (one JSON-to-msgpack transcoder,
-_jsonpack.h), msgpack records to Spark VARIANT, and the store's commit engine and event count.
+_jsonpack.h), msgpack records to Spark VARIANT, and the store's commit engine, frame walks and event count.
 
 They are optional: without a C compiler logport installs all the same and runs those loops in
 Python (slower).
@@ -47,7 +47,7 @@ setup(cmdclass={"build_py": BuildWithCharts}, ext_modules=[
     # store.direct_io's commit engine: groups written back to back by a native thread (store/engine.py)
     Extension("logport.store._commitengine", ["src/logport/store/_commitengine.c"], optional=True,
               extra_compile_args=["-O2", "-pthread"], extra_link_args=["-pthread"]),
-    # the store's per-frame loop of its event counts (logport/store/counting.py is its reference)
-    Extension("logport.store._eventscan", ["src/logport/store/_eventscan.c"], optional=True,
+    # the store's frame walks and its event count (logport/store/frames.py and counting.py are their references)
+    Extension("logport.store._frames", ["src/logport/store/_frames.c"], optional=True,
               extra_compile_args=["-O2"]),
 ])

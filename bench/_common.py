@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import re
 import shlex
 import shutil
 import statistics
@@ -71,21 +72,29 @@ def _fmt(value: Any) -> str:
 
 def baseline_tree(revision: str, where: Path) -> Path:
     """The source of git `revision` in a worktree under `where` (remove it with remove_baseline_tree), with
-    this tree's built C extensions copied in where their C source is the same, so that the two codes
-    differ only where their Python does."""
+    its C extensions: this tree's built module copied in where the C source is the same, else its own built,
+    so that the two codes differ only where their sources do (a module renamed or added since is the
+    revision's own, not left out)."""
+    import sysconfig
+
     repo = Path(__file__).resolve().parents[1]
     tree = where / "baseline"
     subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), revision], check=True)
-    for built in (repo / "src").rglob("*.so"):
-        rel = built.relative_to(repo)
-        source = rel.parent / (built.name.split(".")[0] + ".c")
-        theirs = tree / source
-        if theirs.exists() and theirs.read_bytes() == (repo / source).read_bytes():
-            shutil.copy2(built, tree / rel)
-        elif theirs.exists() and build_extension(theirs, tree / rel):
-            print(f"# baseline {revision}: {source} differs; built its own {built.name}")
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    for theirs in sorted((tree / "src").rglob("*.c")):
+        text = theirs.read_bytes()
+        if b"PyInit_" not in text:  # a helper source, not a module
+            continue
+        source = theirs.relative_to(tree)
+        target = source.with_name(source.stem + suffix)
+        same = all((repo / part).exists() and (repo / part).read_bytes() == (tree / part).read_bytes()
+                   for part in [source, *(source.with_name(h.decode()) for h in re.findall(rb'#include "([^"]+)"', text))])
+        if same and (repo / target).exists():
+            shutil.copy2(repo / target, tree / target)
+        elif build_extension(theirs, tree / target):
+            print(f"# baseline {revision}: {source} differs; built its own {target.name}")
         else:
-            print(f"# baseline {revision}: {source} differs or is absent; it runs without {built.name}")
+            print(f"# baseline {revision}: {source} did not build; it runs without {target.name}")
     return tree
 
 

@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         return run_beside_baseline(args)
 
     if args.peer == "fluent-bit" and not args.skip_node and shutil.which("fluent-bit") is None:
-        print("bench forward: fluent-bit is not on PATH; build it from fluent/fluent-bit (docs/benchmarks.md says "
+        print("bench forward: fluent-bit is not on PATH; build it from fluent/fluent-bit (docs/benchmarks-history.md says "
               "how) or run with --peer fluent-org", file=sys.stderr)
         return 2
     peer_name = ("Fluent Bit in_forward (memory buffer, null output)" if args.peer == "fluent-bit"

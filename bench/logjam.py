@@ -245,7 +245,7 @@ async def raw_case(load: Load, method: str, args: argparse.Namespace) -> dict[st
 
 def run(args: argparse.Namespace) -> int:
     if args.peer == "logjam-device" and shutil.which("logjam-device") is None:
-        print("bench logjam: logjam-device is not on PATH; build it from skaes/logjam-tools (docs/benchmarks.md "
+        print("bench logjam: logjam-device is not on PATH; build it from skaes/logjam-tools (docs/benchmarks-history.md "
               "says how) or run with --peer raw", file=sys.stderr)
         return 2
     methods = args.methods.split(",")

@@ -207,7 +207,7 @@ class LumberjackConfig:
     max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
     partial_window_delay: float = 0.2  # store (and ack) part of a window after its sender paused this long
     # processes that decode C frames of decode_offload_bytes or more; 0 = the event loop, which with the C pass
-    # keeps up (docs/benchmarks.md, lumberjack 2026-11-25)
+    # keeps up (docs/benchmarks-history.md, lumberjack 2026-11-25)
     decode_workers: int = 0
     decode_offload_bytes: int = 16 * 1024  # smaller C frames are decoded in the event loop (no round trip)
 

@@ -67,12 +67,12 @@ def test_a_baseline_whose_c_source_differs_gets_its_own_build(tmp_path: Path) ->
         sys.path.remove(str(REPO / "bench"))
     source = tmp_path / "_segment_scan.c"
     source.write_text((REPO / "src/logport/protocols/_segment_scan.c").read_text()
-                      .replace('"frame_list(data, base_offset) ->', '"frame_list (built for a baseline) ->'))
+                      .replace('"walk_events(data, start, avail', '"walk_events (built for a baseline)(data, start, avail'))
     target = tmp_path / "_segment_scan.so"
     assert build_extension(source, target)
     spec = importlib.util.spec_from_file_location("logport.protocols._segment_scan", target)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert "built for a baseline" in (module.frame_list.__doc__ or "")
+    assert "built for a baseline" in (module.walk_events.__doc__ or "")
     assert not build_extension(tmp_path / "absent.c", tmp_path / "absent.so")

@@ -1,5 +1,5 @@
-"""The asyncio SegmentReader's receive path: replies framed in place, frames stitched across replies, reads
-asked for ahead and put back in order."""
+"""The asyncio SegmentReader's receive path: replies framed in place, frames stitched across replies
+(frames.FrameStitcher: tests/store/test_frames.py), reads asked for ahead and put back in order."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logport import errors
-from logport.clients.segment import SegmentReader, _ClientProtocol, _FrameStitcher
+from logport.clients.segment import SegmentReader, _ClientProtocol
 from logport.hub import Hub
 from logport.protocols import segment as sp
 from logport.store import frames
@@ -108,27 +108,6 @@ def test_frames_held_stay_intact_while_buffers_are_reused() -> None:
         feed.messages.clear()
     for k, view in held:
         assert bytes(view) == bytes([k]) * (2 * BIG)
-
-
-def _segment_bytes(sizes: list[int]) -> bytes:
-    return b"".join(frames.HEADER.pack(frames.EVENT if i % 3 else -1, n) + bytes([i % 251]) * n
-                    for i, n in enumerate(sizes))
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=20),
-       st.lists(st.integers(min_value=0, max_value=6000), max_size=10))
-def test_stitched_frames_equal_the_frames_of_the_whole(sizes: list[int], cuts: list[int]) -> None:
-    data = _segment_bytes(sizes)
-    expect = [(o, t, bytes(b)) for o, t, b in frames.iter_frames(data, 1000)]
-    stitch = _FrameStitcher(1000)
-    got = []
-    points = [0, *sorted(c for c in set(cuts) if c < len(data)), len(data)]
-    for a, b in zip(points, points[1:], strict=False):
-        piece = memoryview(data)[a:b] if a % 2 else data[a:b]
-        got += [(o, t, bytes(body)) for o, t, body in stitch.feed(piece)]
-    assert got == expect
-    assert stitch.read_at == 1000 + len(data) and stitch.leftover == b""
 
 
 @pytest.mark.parametrize("read_size", [1000, 70_000, 4 << 20])

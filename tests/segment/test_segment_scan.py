@@ -1,6 +1,6 @@
 """The segment protocol's C loops against the Python versions they stand in for: the same answer
-for any bytes, any window into them and any limits (walk_events), the same pieces for any
-bodies (append_event_frames), and the same frames, as views of the same buffer (frame_list)."""
+for any bytes, any window into them and any limits (walk_events), and the same pieces for any
+bodies (append_event_frames). (A reader's cut into frames is the store's: tests/store/test_frames.py.)"""
 
 from __future__ import annotations
 
@@ -14,17 +14,16 @@ from logport.errors import LimitExceeded
 from logport.protocols import segment as sp
 
 try:
-    from logport.protocols._segment_scan import append_event_frames, frame_list, walk_events
+    from logport.protocols._segment_scan import append_event_frames, walk_events
 except ImportError:  # pragma: no cover - the test below says what is missing
-    append_event_frames = walk_events = frame_list = None  # type: ignore[assignment]
+    append_event_frames = walk_events = None  # type: ignore[assignment]
 
 
 def test_the_c_loops_are_built() -> None:
-    assert walk_events is not None and append_event_frames is not None and frame_list is not None, (
+    assert walk_events is not None and append_event_frames is not None, (
         "logport.protocols._segment_scan was not built: install a C compiler and the Python headers, "
         "then `pip install -e .` again (make setup does both)")
     assert sp.walk_events is walk_events and sp.append_event_frames is append_event_frames
-    assert sp.frame_list is frame_list
 
 
 def message(type_code: int, body: bytes, length: int | None = None) -> bytes:
@@ -130,34 +129,3 @@ def test_the_listener_names_the_limit_and_the_value() -> None:
         while conn.next_event() is not sp.NEED_DATA:
             pass
     assert raised.value.value == 200
-
-
-@given(streams, st.integers(0, 2**62), st.sampled_from([bytes, bytearray, memoryview]), st.integers(0, 5))
-def test_frame_lists_agree(data: bytes, base: int, kind: type, skip: int) -> None:
-    assert frame_list is not None
-    given_data = kind(data)
-    if kind is memoryview:
-        given_data = memoryview(b"?" * skip + data)[skip:]  # a view that starts inside its buffer
-    got, consumed = frame_list(given_data, base)
-    expected, expected_consumed = sp.frame_list_in_python(given_data, base)
-    assert consumed == expected_consumed
-    assert [(o, t, bytes(b)) for o, t, b in got] == [(o, t, bytes(b)) for o, t, b in expected]
-    for _, _, body in got:
-        assert type(body) is memoryview and body.readonly == (kind is not bytearray)
-        assert body.obj is (given_data.obj if isinstance(given_data, memoryview) else given_data)
-
-
-def test_frame_bodies_hold_their_buffer_and_see_it() -> None:
-    """A body is a view: it keeps the buffer it was cut from alive, and sees what is written there."""
-    assert frame_list is not None
-    buffer = bytearray(message(0, b"abc") + message(-3, b"") + message(0, b"x" * 10)[:12])
-    frames, consumed = frame_list(buffer, 100)
-    assert consumed == 11 + 8 and [(o, t) for o, t, _ in frames] == [(100, 0), (111, -3)]
-    buffer[8] = ord("z")
-    assert bytes(frames[0][2]) == b"zbc"
-    with pytest.raises(BufferError):
-        buffer.extend(b"more")  # exported: the bodies hold it
-    with pytest.raises((TypeError, ValueError)):
-        frame_list(memoryview(b"abcd").cast("i"), 0)
-    with pytest.raises(TypeError):
-        frame_list("text", 0)

@@ -74,7 +74,7 @@ def test_the_c_scan_is_its_python_reference(framed: list[tuple[int, bytes]], tor
 
 
 def test_the_c_scan_is_built() -> None:
-    assert counting.scan_frames is not scan_frames_in_python, "store/_eventscan.c was not built (make setup)"
+    assert counting.scan_frames is not scan_frames_in_python, "store/_frames.c was not built (make setup)"
     assert frames.next_record is not frames.next_record_in_python
 
 

@@ -31,7 +31,8 @@ from logport.clients.stream import (
 from logport.eventjson import write_events
 from logport.protocols import segment as sp
 from logport.store import frames
-from logport.store.reader import check_start, walk_frames
+from logport.store.frames import FrameStitcher
+from logport.store.reader import check_start
 
 log = logging.getLogger("logport.segment.client")
 
@@ -39,48 +40,6 @@ DEFAULT_PORT = 12345
 READ_SIZE = 1024 * 1024
 
 
-class _FrameStitcher:
-    """Whole frames out of successive reads, which may end inside a frame: its start waits for the next read."""
-
-    def __init__(self, pos: int) -> None:
-        self.pos = pos  # offset of leftover[0], always a frame boundary
-        self.leftover = b""
-
-    @property
-    def read_at(self) -> int:
-        return self.pos + len(self.leftover)
-
-    def feed(self, data: bytes | memoryview) -> list[sp.Frame]:
-        """The whole frames that `data` (the bytes after the last read's) completes and holds, each body a view
-        of `data` (cut by the C scan of protocols/_segment_scan.c) but for one begun in the last read."""
-        found: list[sp.Frame] = []
-        if self.leftover:  # a frame begun in the last read: only its own bytes are joined, not all of `data`
-            leftover = self.leftover
-            data = memoryview(data)
-            if len(leftover) < frames.HEADER_SIZE:
-                take = frames.HEADER_SIZE - len(leftover)
-                leftover, data = leftover + bytes(data[:take]), data[take:]
-            if len(leftover) < frames.HEADER_SIZE:
-                self.leftover = leftover
-                return found
-            frame_type, length = frames.HEADER.unpack_from(leftover, 0)
-            take = frames.HEADER_SIZE + length - len(leftover)
-            if take > len(data):
-                self.leftover = leftover + bytes(data)
-                return found
-            whole = leftover + bytes(data[:take])
-            data = data[take:]
-            self.leftover = b""
-            found.append((self.pos, frame_type, memoryview(whole)[frames.HEADER_SIZE :]))
-            self.pos += len(whole)
-        cut, consumed = sp.frame_list(data, self.pos)
-        if found:
-            found += cut
-        else:
-            found = cut
-        self.leftover = bytes(data[consumed:])
-        self.pos += consumed
-        return found
 
 
 def reply_error(reply: sp.Message) -> errors.LogportError:
@@ -220,7 +179,7 @@ class BlockingSegmentClient:
             return self.read(name, position, min(max_bytes, limit - position))[0]
 
         position = offset
-        for frame_offset, frame_type, length, _ in walk_frames(pread, offset, end):
+        for frame_offset, frame_type, length, _ in frames.walk_frames(pread, offset, end):
             if frame_type not in frames.STORED_TYPES:
                 return False
             position = frame_offset + frames.HEADER_SIZE + length
@@ -241,7 +200,7 @@ class BlockingSegmentClient:
         before the failure come first, then the error; the connection is closed (replies of the reads
         still asked for would follow).
         """
-        stitch = _FrameStitcher(start)
+        stitch = FrameStitcher(start)
         asked: list[tuple[int, int]] = []  # (offset, length) of the reads asked for, in order
         early: dict[int, sp.SegmentRead] = {}  # replies for a later read, by offset
         next_at = start
@@ -406,33 +365,37 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 self.conn.receive_data(bytes(pending))
                 while (event := self.conn.next_event()) is not sp.NEED_DATA:
                     self.on_message(event)
-        pos, end = 0, len(data)
-        while end - pos >= sp.HEADER_SIZE:
+        found, pos = frames.frame_list(data, 0)
+        for at, type_code, body in found:
+            if type_code == sp.SegmentRead.TYPE and len(body) >= self.IN_PLACE:
+                self._read_in_place(body, len(body))
+            else:
+                self.conn.receive_data(bytes(data[at : at + sp.HEADER_SIZE + len(body)]))
+                while (event := self.conn.next_event()) is not sp.NEED_DATA:
+                    self.on_message(event)
+        end = len(data)
+        if end - pos >= sp.HEADER_SIZE:  # a message not all here yet
             type_code, length = sp.HEADER.unpack_from(data, pos)
             if type_code == sp.SegmentRead.TYPE and length >= self.IN_PLACE:
-                if length > limit:
-                    raise errors.LimitExceeded("message", length, "max_message_size", limit)
-                have = min(length, end - pos - sp.HEADER_SIZE)
-                body = self._body_buffer(length)
-                body[:have] = data[pos + sp.HEADER_SIZE : pos + sp.HEADER_SIZE + have]
-                pos += sp.HEADER_SIZE + have
-                if have < length:  # the rest comes straight into it
-                    self._body, self._body_filled = body, have
-                    return
-                self.on_message(sp.decode_segment_read(body))
-                continue
-            stop = pos + sp.HEADER_SIZE + length
-            if stop > end:
-                if type_code != sp.SegmentRead.TYPE and length > limit:
-                    self.conn.receive_data(bytes(data[pos:]))  # the connection names the limit
-                    self.conn.next_event()
-                break
-            self.conn.receive_data(bytes(data[pos:stop]))
-            while (event := self.conn.next_event()) is not sp.NEED_DATA:
-                self.on_message(event)
-            pos = stop
+                self._read_in_place(data[pos + sp.HEADER_SIZE :], length)  # the rest comes straight into it
+                return
+            if type_code != sp.SegmentRead.TYPE and length > limit:
+                self.conn.receive_data(bytes(data[pos:]))  # the connection names the limit
+                self.conn.next_event()
         if pos < end:
             self._pending += data[pos:]
+
+    def _read_in_place(self, start: memoryview, length: int) -> None:
+        """A large SegmentRead's body, `start` its first bytes: into a buffer of its own, handed on once whole."""
+        limit = self.conn.limits.max_message_size
+        if length > limit:
+            raise errors.LimitExceeded("message", length, "max_message_size", limit)
+        body = self._body_buffer(length)
+        body[: len(start)] = start
+        if len(start) < length:
+            self._body, self._body_filled = body, len(start)
+        else:
+            self.on_message(sp.decode_segment_read(body))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -929,7 +892,7 @@ class SegmentReader:
         """`frames`, a reply's frames at a time: one async step per reply, not per frame (at 1 KiB events a
         tail reader spent more time stepping nested async generators than the hub took to append)."""
         start, end, sealed = await self.info(segment)
-        stitch = _FrameStitcher(start if offset is None else offset)
+        stitch = FrameStitcher(start if offset is None else offset)
         while True:
             if stitch.read_at < end:
                 try:
@@ -959,14 +922,14 @@ class SegmentReader:
             except errors.DataGivenUp as e:
                 stitch = await self._skip(e)
 
-    async def _skip(self, given_up: errors.DataGivenUp) -> _FrameStitcher:
+    async def _skip(self, given_up: errors.DataGivenUp) -> FrameStitcher:
         """A range `logport verify --repair` gave up: said, and read on after it, on a new connection (the
         reads asked for past it would answer out of step)."""
         log.warning("%s", given_up)
         await self._reconnect()
-        return _FrameStitcher(given_up.end)
+        return FrameStitcher(given_up.end)
 
-    async def _frames_at_tail(self, segment: str, stitch: _FrameStitcher,
+    async def _frames_at_tail(self, segment: str, stitch: FrameStitcher,
                               wait: float) -> AsyncIterator[list[tuple[int, int, memoryview]]]:
         """Frames from stitch.read_at on, one read at a time, each waiting (`wait` seconds) for the next append.
         The next read is asked for as soon as the last reply of the one before is in, before its frames are
@@ -1001,7 +964,7 @@ class SegmentReader:
             if asked:  # a reply still to come for a read not taken: the connection is out of step
                 await self.close()
 
-    async def _frames_below(self, segment: str, stitch: _FrameStitcher,
+    async def _frames_below(self, segment: str, stitch: FrameStitcher,
                             end: int) -> AsyncIterator[list[tuple[int, int, memoryview]]]:
         """The frames of [stitch.read_at, end) (as far as the segment still has them), with reads asked for
         ahead; their replies may interleave (the server answers reads concurrently), each carries its offset,

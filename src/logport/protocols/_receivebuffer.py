@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from logport.store.frames import HEADER, HEADER_SIZE
+
 
 class _NeedData:
     """Sentinel: the buffer does not yet hold a whole message."""
@@ -22,7 +24,6 @@ class _NeedData:
 NEED_DATA: Final = _NeedData()
 
 _U32 = struct.Struct(">I")
-_I32_U32 = struct.Struct(">iI")
 
 # Compact once this many consumed bytes sit at the front and they are at
 # least half the buffer: amortised O(1) per byte.
@@ -78,10 +79,10 @@ class ReceiveBuffer:
         return int(_U32.unpack_from(self._data, i)[0])
 
     def peek_header(self) -> tuple[int, int] | None:
-        """An 8-byte (int32 type, uint32 length) header at the front, or None."""
-        if len(self) < 8:
+        """A frame header (store/frames.py: int32 type, uint32 length) at the front, or None."""
+        if len(self) < HEADER_SIZE:
             return None
-        t, n = _I32_U32.unpack_from(self._data, self._start)
+        t, n = HEADER.unpack_from(self._data, self._start)
         return int(t), int(n)
 
     def extract(self, count: int) -> bytes:

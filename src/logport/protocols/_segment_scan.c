@@ -4,7 +4,7 @@
  *
  * walk_events: the listener's check of the Event messages that arrived inside an append block.
  * append_event_frames: the client's framing of event bodies (a header for each, nothing copied).
- * frame_list: a reader's cut of a SegmentRead's data into frames (views of it, nothing copied).
+ * (A reader's cut of a SegmentRead's data into frames is the store's: store/_frames.c.)
  *
  * An Event message is a 4-byte big-endian type (0) and a 4-byte big-endian length, then the body.
  */
@@ -120,65 +120,6 @@ fail: /* all or nothing: the list as it was */
     return NULL;
 }
 
-static PyObject *frame_list(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "frame_list(data, base_offset)");
-        return NULL;
-    }
-    long long base = PyLong_AsLongLong(args[1]);
-    if (base == -1 && PyErr_Occurred())
-        return NULL;
-    PyObject *view = PyMemoryView_FromObject(args[0]); /* the bodies are its slices: they hold the buffer */
-    if (view == NULL)
-        return NULL;
-    Py_buffer *buffer = PyMemoryView_GET_BUFFER(view);
-    if (buffer->ndim != 1 || buffer->itemsize != 1 || buffer->shape == NULL || !PyBuffer_IsContiguous(buffer, 'C')) {
-        Py_DECREF(view);
-        PyErr_SetString(PyExc_ValueError, "frame_list: a contiguous buffer of bytes");
-        return NULL;
-    }
-    const unsigned char *p = (const unsigned char *)buffer->buf;
-    Py_ssize_t end = buffer->len;
-    PyObject *found = PyList_New(0);
-    if (found == NULL) {
-        Py_DECREF(view);
-        return NULL;
-    }
-    Py_ssize_t pos = 0;
-    while (end - pos >= HEADER_SIZE) {
-        int32_t type = (int32_t)be32(p + pos);
-        Py_ssize_t length = (Py_ssize_t)be32(p + pos + 4);
-        if (length > end - pos - HEADER_SIZE)
-            break; /* an incomplete frame: the next read has its rest */
-        /* view[pos + HEADER_SIZE : pos + HEADER_SIZE + length], made as memoryview's own slicing makes it (a
-         * new view of the same managed buffer, its start and length moved), without a slice object per frame */
-        PyObject *body = PyMemoryView_FromObject(view);
-        if (body != NULL) {
-            Py_buffer *part = PyMemoryView_GET_BUFFER(body);
-            part->buf = (char *)part->buf + pos + HEADER_SIZE;
-            part->len = length;
-            part->shape[0] = length;
-        }
-        PyObject *offset = body ? PyLong_FromLongLong(base + (long long)pos) : NULL;
-        PyObject *frame_type = offset ? PyLong_FromLong((long)type) : NULL;
-        PyObject *item = frame_type ? PyTuple_Pack(3, offset, frame_type, body) : NULL;
-        Py_XDECREF(offset);
-        Py_XDECREF(frame_type);
-        Py_XDECREF(body);
-        if (item == NULL || PyList_Append(found, item) < 0) {
-            Py_XDECREF(item);
-            Py_DECREF(found);
-            Py_DECREF(view);
-            return NULL;
-        }
-        Py_DECREF(item);
-        pos += HEADER_SIZE + length;
-    }
-    Py_DECREF(view);
-    PyObject *result = Py_BuildValue("(Nn)", found, pos);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"walk_events", (PyCFunction)(void (*)(void))walk_events, METH_FASTCALL,
      "walk_events(data, start, avail, remaining, max_event) -> (taken, events, stop): the whole Event "
@@ -187,10 +128,6 @@ static PyMethodDef methods[] = {
     {"append_event_frames", (PyCFunction)(void (*)(void))append_event_frames, METH_FASTCALL,
      "append_event_frames(pending, bodies) -> int: append an Event header and the body (as bytes) to the list "
      "`pending` for each body; returns the bytes added. On an error, the list is left as it was."},
-    {"frame_list", (PyCFunction)(void (*)(void))frame_list, METH_FASTCALL,
-     "frame_list(data, base_offset) -> (frames, consumed): (offset, type, body) of each whole frame that "
-     "`data` starts with, offsets from base_offset, each body a memoryview of data; consumed: the bytes "
-     "they take (an incomplete frame after them is left out)."},
     {NULL, NULL, 0, NULL},
 };
 

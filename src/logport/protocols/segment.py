@@ -19,9 +19,9 @@ from typing import Any, ClassVar, Final
 from logport import _native
 from logport.errors import LimitExceeded, LocalProtocolError, SegmentProtocolError
 from logport.protocols._receivebuffer import NEED_DATA, ReceiveBuffer, _NeedData
+from logport.store.frames import HEADER, HEADER_SIZE, iter_frames
+from logport.store.frames import is_boundary as is_message_boundary
 
-HEADER: Final = struct.Struct(">iI")
-HEADER_SIZE: Final = 8
 MAX_MESSAGE_SIZE: Final = (1 << 24) - 1  # 16 MiB - 1, as Pravega
 MAX_EVENT_SIZE: Final = 8 * 1024 * 1024
 MAX_BLOCK_SIZE: Final = 16 * 1024 * 1024
@@ -607,33 +607,11 @@ def walk_events_in_python(data: bytes | bytearray | memoryview, start: int, avai
     return pos, events, 0
 
 
-Frame = tuple[int, int, memoryview]  # (offset, type, body)
-
-
-def frame_list_in_python(data: bytes | bytearray | memoryview, base_offset: int) -> tuple[list[Frame], int]:
-    """(offset, type, body) of each whole frame (a message header and its body: a segment's stored frames
-    have the same form) that `data` starts with, offsets counted from `base_offset`, each body a view of
-    `data`; and the bytes they take. An incomplete frame after them is left out: the next read has its rest."""
-    view = memoryview(data)
-    found: list[Frame] = []
-    pos, end = 0, len(view)
-    unpack = HEADER.unpack_from
-    while end - pos >= HEADER_SIZE:
-        frame_type, length = unpack(view, pos)
-        stop = pos + HEADER_SIZE + length
-        if stop > end:
-            break
-        found.append((base_offset + pos, frame_type, view[pos + HEADER_SIZE : stop]))
-        pos = stop
-    return found, pos
-
-
 # The same loops in C (setup.py builds it; it is optional): for 1 KiB events, 435 us per MiB
 # walked in Python and 342 us framed (the client's per-event loop), against a few us in C.
 _scan = _native.load("logport.protocols._segment_scan")
 append_event_frames = _scan.append_event_frames if _scan else append_event_frames_in_python
 walk_events = _scan.walk_events if _scan else walk_events_in_python
-frame_list = _scan.frame_list if _scan else frame_list_in_python
 
 
 def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes, *, split_at: int | None = None,
@@ -650,11 +628,7 @@ def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes
         return (encode(BeginAppendBlock(connection_id, connection_offset, len(events))) + events
                 + encode(EndAppendBlock(connection_id, end, len(events))))
     # the last event message starts at `last`; its first `split_at - last` bytes go into the block
-    last = 0
-    pos = 0
-    while pos < len(events):
-        last = pos
-        pos += HEADER_SIZE + HEADER.unpack_from(events, pos)[1]
+    last = max((at for at, _, _ in iter_frames(events)), default=0)
     if not last < split_at < len(events):
         raise LocalProtocolError(f"split_at {split_at} is not inside the last event message ({last}..{len(events)})")
     head, tail = events[last:split_at], events[split_at:]
@@ -670,14 +644,6 @@ def encode_block(connection_id: uuid.UUID, connection_offset: int, events: bytes
     )
     return (encode(BeginAppendBlock(connection_id, connection_offset, len(inside))) + inside
             + encode(EndAppendBlock(connection_id, end, len(events))) + after)
-
-
-def is_message_boundary(data: bytes | bytearray | memoryview, at: int) -> bool:
-    """Whether `at` falls between two of the whole messages (frames) that `data` starts with."""
-    pos = 0
-    while pos < at and pos + HEADER_SIZE <= len(data):
-        pos += HEADER_SIZE + HEADER.unpack_from(data, pos)[1]
-    return pos == at
 
 
 def split_into_partials(message: Message, size: int) -> bytes:
@@ -1170,5 +1136,6 @@ class Connection:
 __all__ = [
     "NEED_DATA", "AppendBlock", "Connection", "Limits", "Role", "SegmentProtocolError", "State",
     "encode", "decode_body", "encode_block", "event_messages", "append_event_frames", "split_into_partials",
+    "is_message_boundary",
     *(cls.__name__ for cls in MESSAGE_TYPES.values()),
 ]

@@ -12,6 +12,7 @@ from typing import Final
 
 import msgpack
 
+from logport import _native
 from logport.batch import BatchDecodeError, decode_batch, ext_hook, iter_entries
 from logport.store import frames
 
@@ -88,32 +89,18 @@ def _option_size(body: Buffer) -> int | None:
 
 
 def scan_frames_in_python(data: Buffer) -> tuple[int, list[tuple[int, int]], int]:
-    """The reference of `_eventscan.scan_frames`: over the whole frames of `data`, (Event frames whose body is
+    """The reference of `_frames.scan_frames`: over the whole frames of `data`, (Event frames whose body is
     opaque by its first byte, (offset, length) of every other Event body, where the whole frames end)."""
-    view = memoryview(data)
     plain = 0
     others: list[tuple[int, int]] = []
-    pos = 0
-    end = len(view)
-    unpack = frames.HEADER.unpack_from
-    while pos + frames.HEADER_SIZE <= end:
-        frame_type, length = unpack(view, pos)
-        stop = pos + frames.HEADER_SIZE + length
-        if stop > end:
-            break
+    found, end = frames.frame_list_in_python(data)
+    for offset, frame_type, body in found:
         if frame_type == frames.EVENT:
-            if length and view[pos + frames.HEADER_SIZE] in ARRAY_HEADS:
-                others.append((pos + frames.HEADER_SIZE, length))
+            if len(body) and body[0] in ARRAY_HEADS:
+                others.append((offset + frames.HEADER_SIZE, len(body)))
             else:
                 plain += 1
-        pos = stop
-    return plain, others, pos
-
-
-try:
-    from logport.store._eventscan import scan_frames
-except ImportError:  # built without a C compiler: the same walk in Python (slower)
-    scan_frames = scan_frames_in_python
+    return plain, others, end
 
 
 def count_frames(data: Buffer) -> int:
@@ -131,7 +118,7 @@ def count_whole_frames(data: Buffer) -> tuple[int, int]:
 
 
 def scan_parts_in_python(parts: list[Buffer]) -> tuple[int, list[tuple[int, int, int]]] | None:
-    """The reference of `_eventscan.scan_parts`: scan_frames over an append's buffers, one buffer of frames or a
+    """The reference of `_frames.scan_parts`: scan_frames over an append's buffers, one buffer of frames or a
     header then a body per frame (`others` as (buffer index, offset, length)); None for any other cut."""
     if len(parts) == 1:
         plain, found, _ = scan_frames_in_python(parts[0])
@@ -152,10 +139,9 @@ def scan_parts_in_python(parts: list[Buffer]) -> tuple[int, list[tuple[int, int,
     return plain, others
 
 
-try:
-    from logport.store._eventscan import scan_parts
-except ImportError:
-    scan_parts = scan_parts_in_python
+_c = _native.load("logport.store._frames")  # the walk in C
+scan_frames = _c.scan_frames if _c else scan_frames_in_python
+scan_parts = _c.scan_parts if _c else scan_parts_in_python
 
 
 def count_parts(parts: list[Buffer]) -> int:

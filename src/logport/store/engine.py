@@ -1,20 +1,14 @@
 """Direct commits without the GIL: store.direct_io with fsync = "always", when the C extension
 (_commitengine.c) is built.
 
-Through the writer thread, a commit cycle with 16 appenders of 64 KiB each ran one after another: the
-group's copy, CRC and write, then, with the disk idle, the loop answering the group and taking the
-appends that its acks brought back (0.16-0.27 ms per MiB). The next group is made of those appends, so
-overlapping the two takes commits that alternate, and in one process the loop and the writer thread
-alternate only as fast as the GIL passes between them: tried in Python, both a pipelined writer thread
-and capped commits lost to that (docs/benchmarks.md, store).
-
-Here the loop copies each append into the engine's open group itself (`Engine.add`, which also folds it
-into the group's CRC while it is in cache), and the engine's native thread takes the open group whenever
-the disk is free, seals it and writes it with one O_DIRECT|O_DSYNC pwrite; completions come back through
-an eventfd that the loop reads. So the disk goes from one group to the next without waiting for the loop,
-and a group is what arrived while the one before it was written. On disk it is what the writer
-thread writes, cut into other groups (the tests hold the two to the same events and checks): groups one
-after another, each durable before the next is written.
+The loop copies each append into the engine's open group itself (`Engine.add`, which also folds it into the
+group's CRC while it is in cache), and the engine's native thread takes the open group whenever the disk is
+free, seals it and writes it with one O_DIRECT|O_DSYNC pwrite; completions come back through an eventfd
+that the loop reads. So the disk goes from one group to the next without waiting for the loop, and a group
+is what arrived while the one before it was written. On disk it is what the writer thread writes, cut into
+other groups (the tests hold the two to the same events and checks): groups one after another, each
+durable before the next is written. Why a native thread: through the writer thread the loop and the disk
+took turns (0.16-0.27 ms per MiB), and in Python any overlap only alternated as fast as the GIL passed.
 
 The engine writes only into a chunk's written blocks (a recycled or pre-written chunk) and never rolls:
 a commit that would pass the chunk's end, or that finds the writer thread busy, goes to the writer

@@ -1,14 +1,16 @@
-"""Frames as the segment store keeps them: int32 BE type, uint32 BE length, body.
-
-Type 0 is an Event (the segment protocol's own Event message); negative types
-are the store's own records, which readers skip.
+"""Frames: int32 BE type, uint32 BE length, body, as the store keeps them and the segment protocol sends
+them (type 0 is an Event; negative types are the store's records, which readers skip). Their header, the
+store's records, every walk over whole frames (of a buffer, of a file or a hub read by pieces, across
+successive reads), and the rule by which recovery keeps a chunk's frames.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Final
+
+from logport import _native
 
 HEADER: Final = struct.Struct(">iI")
 HEADER_SIZE: Final = HEADER.size
@@ -29,18 +31,25 @@ _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 
+Buffer = bytes | bytearray | memoryview
+
 
 def frame(body: bytes | memoryview, frame_type: int = EVENT) -> bytes:
     return HEADER.pack(frame_type, len(body)) + bytes(body)
 
 
-def frame_events(bodies: Iterable[bytes | memoryview]) -> bytes:
-    parts: list[bytes | memoryview] = []
+def event_parts(bodies: Iterable[Buffer]) -> list[Buffer]:
+    """Each body behind its Event header: the buffers an append writes (the bodies as they are, not copied)."""
+    parts: list[Buffer] = []
     pack = HEADER.pack
     for body in bodies:
         parts.append(pack(EVENT, len(body)))
         parts.append(body)
-    return b"".join(parts)
+    return parts
+
+
+def frame_events(bodies: Iterable[Buffer]) -> bytes:
+    return b"".join(event_parts(bodies))
 
 
 def writer_record(key: bytes, value: int, data_length: int) -> bytes:
@@ -81,13 +90,19 @@ def parse_writer_table(body: bytes | memoryview) -> dict[bytes, int]:
     return out
 
 
-def iter_frames(data: bytes | bytearray | memoryview, base_offset: int = 0) -> Iterator[tuple[int, int, memoryview]]:
-    """(offset, type, body) of each whole frame in `data`; an incomplete tail is left out."""
-    view = memoryview(data)
+# --- walks: every loop over whole frames is one of these ---
+
+Frame = tuple[int, int, memoryview]  # (offset, type, body)
+Pread = Callable[[int, int, int], Buffer]  # (offset, max_bytes, end) -> the bytes there (fewer at the end)
+HEADER_WINDOW: Final = 256 * 1024  # bytes walk_frames reads at a time for the headers
+
+
+def _whole_frames(view: memoryview, base_offset: int) -> Iterator[Frame]:
+    """The one loop in Python: (offset, type, body) of each whole frame `view` starts with."""
     pos = 0
     end = len(view)
     unpack = HEADER.unpack_from
-    while pos + HEADER_SIZE <= end:
+    while end - pos >= HEADER_SIZE:
         frame_type, length = unpack(view, pos)
         stop = pos + HEADER_SIZE + length
         if stop > end:
@@ -96,39 +111,147 @@ def iter_frames(data: bytes | bytearray | memoryview, base_offset: int = 0) -> I
         pos = stop
 
 
-def complete_prefix(data: bytes | bytearray | memoryview) -> int:
-    """Length of the longest prefix of `data` made of whole frames."""
-    pos = 0
-    end = len(data)
-    unpack = HEADER.unpack_from
-    while pos + HEADER_SIZE <= end:
-        _, length = unpack(data, pos)
-        stop = pos + HEADER_SIZE + length
-        if stop > end:
-            break
-        pos = stop
-    return pos
+def frame_list_in_python(data: Buffer, base_offset: int = 0) -> tuple[list[Frame], int]:
+    """The reference of `_frames.frame_list`: (offset, type, body) of each whole frame that `data` starts with,
+    offsets counted from `base_offset`, each body a view of `data`; and the bytes they take. An incomplete frame
+    after them is left out (the next read has its rest)."""
+    found = list(_whole_frames(memoryview(data), base_offset))
+    if not found:
+        return found, 0
+    last, _, body = found[-1]
+    return found, last - base_offset + HEADER_SIZE + len(body)
 
 
-def next_record_in_python(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, bool]:
-    """The reference of `_eventscan.next_record`: from `pos` (a frame's start), (offset of the first whole frame
+def next_record_in_python(data: Buffer, pos: int) -> tuple[int, bool]:
+    """The reference of `_frames.next_record`: from `pos` (a frame's start), (offset of the first whole frame
     that is no Event, True), else (where the whole frames end, False)."""
-    end = len(data)
-    unpack = HEADER.unpack_from
-    while pos + HEADER_SIZE <= end:
-        frame_type, length = unpack(data, pos)
-        if pos + HEADER_SIZE + length > end:
-            break
+    for offset, frame_type, body in _whole_frames(memoryview(data)[pos:], pos):
         if frame_type != EVENT:
-            return pos, True
-        pos += HEADER_SIZE + length
+            return offset, True
+        pos = offset + HEADER_SIZE + len(body)
     return pos, False
 
 
-try:  # runs of small Event frames walked in C (store/_eventscan.c)
-    from logport.store._eventscan import next_record
-except ImportError:  # built without a C compiler
-    next_record = next_record_in_python
+_c = _native.load("logport.store._frames")  # the walks in C: a read of small frames is thousands of them
+frame_list = _c.frame_list if _c else frame_list_in_python
+next_record = _c.next_record if _c else next_record_in_python
+
+
+def iter_frames(data: Buffer, base_offset: int = 0) -> Iterator[Frame]:
+    """(offset, type, body) of each whole frame in `data`; an incomplete tail is left out."""
+    return iter(frame_list(data, base_offset)[0])
+
+
+def complete_prefix(data: Buffer) -> int:
+    """Length of the longest prefix of `data` made of whole frames."""
+    pos = 0
+    while True:
+        pos, found = next_record(data, pos)
+        if not found:
+            return pos
+        pos += HEADER_SIZE + HEADER.unpack_from(data, pos)[1]  # a record, whole: walked past
+
+
+def is_boundary(data: Buffer, at: int) -> bool:
+    """Whether `at` (0 to len(data)) falls between two of the whole frames that `data` starts with."""
+    return 0 <= at <= len(data) and complete_prefix(memoryview(data)[:at]) == at
+
+
+def read_frame(read: Callable[[int, int], Buffer], offset: int, head: Buffer = b"") -> Buffer:
+    """The frame at `offset`, header and body in one buffer, for one that a read cut (larger than the read,
+    or across the end of a piece): its header taken from `head` (what the read gave), or read; shorter than
+    the frame where the bytes end first. `read(offset, n)` reads up to n bytes."""
+    if len(head) < HEADER_SIZE:
+        head = read(offset, HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            return head
+    return read(offset, HEADER_SIZE + HEADER.unpack_from(head, 0)[1])
+
+
+def walk_frames(pread: Pread, start: int, end: int, with_body: Container[int] = ()) -> Iterator[tuple[int, int, int, Buffer]]:
+    """(offset, type, body length, body) of each whole frame in [start, end), `start` a frame's; the body only
+    for the types in `with_body` (else b""). `pread` reads the bytes: a chunk file's (ChunkReader.pread) or, for
+    the Spark source, a hub's over the segment protocol.
+
+    Small frames come from one buffered window; past a large frame the next header is read on its own, so the
+    cost follows the frame count, not the bytes.
+    """
+    unpack = HEADER.unpack_from
+    size = HEADER_SIZE
+    pos = start
+    window: Buffer = b""
+    window_start = start
+    while pos + size <= end:
+        rel = pos - window_start
+        if rel + size > len(window):
+            window = pread(pos, HEADER_WINDOW, end)
+            window_start, rel = pos, 0
+            if len(window) < size:
+                return
+        frame_type, length = unpack(window, rel)
+        stop = pos + size + length
+        if stop > end:
+            return
+        body: Buffer = b""
+        if frame_type in with_body:
+            body = window[rel + size : rel + size + length]
+            if len(body) < length:
+                body = pread(pos + size, length, end)
+        yield pos, frame_type, length, body
+        pos = stop
+
+
+def reaches(pread: Pread, start: int, offset: int) -> bool:
+    """Whether the frames walked from `start` (a frame's start) end exactly at `offset`: a frame starts there, or
+    the last whole frame ends there."""
+    position = start
+    for frame_offset, _, length, _ in walk_frames(pread, start, offset):
+        position = frame_offset + HEADER_SIZE + length
+    return position == offset
+
+
+class FrameStitcher:
+    """Whole frames out of successive reads, which may end inside a frame: its start waits for the next read."""
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos  # offset of leftover[0], always a frame boundary
+        self.leftover = b""
+
+    @property
+    def read_at(self) -> int:
+        return self.pos + len(self.leftover)
+
+    def feed(self, data: Buffer) -> list[Frame]:
+        """The whole frames that `data` (the bytes after the last read's) completes and holds, each body a view
+        of `data` (frame_list's cut) but for one begun in the last read."""
+        found: list[Frame] = []
+        if self.leftover:  # a frame begun in the last read: only its own bytes are joined, not all of `data`
+            leftover = self.leftover
+            view = memoryview(data)
+            if len(leftover) < HEADER_SIZE:
+                take = HEADER_SIZE - len(leftover)
+                leftover, view = leftover + bytes(view[:take]), view[take:]
+            if len(leftover) < HEADER_SIZE:
+                self.leftover = leftover
+                return found
+            frame_type, length = HEADER.unpack_from(leftover, 0)
+            take = HEADER_SIZE + length - len(leftover)
+            if take > len(view):
+                self.leftover = leftover + bytes(view)
+                return found
+            whole = leftover + bytes(view[:take])
+            data = view[take:]
+            self.leftover = b""
+            found.append((self.pos, frame_type, memoryview(whole)[HEADER_SIZE:]))
+            self.pos += len(whole)
+        cut, consumed = frame_list(data, self.pos)
+        if found:
+            found += cut
+        else:
+            found = cut
+        self.leftover = bytes(memoryview(data)[consumed:])
+        self.pos += consumed
+        return found
 
 
 class ChunkScan:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ from logport.store.verified import VerifiedReads
 log = logging.getLogger("logport.store")
 
 READ_SIZE = 4 * 1024 * 1024
-HEADER_WINDOW = 256 * 1024  # bytes read at a time when only frame headers are wanted
 
 
 @dataclass(slots=True)
@@ -156,21 +155,13 @@ class DirectoryReader:
                 continue
             if not data:
                 return
-            consumed = 0
-            for frame_offset, frame_type, body in frames.iter_frames(data, offset):
-                consumed = frame_offset - offset + frames.HEADER_SIZE + len(body)
-                yield frame_offset, frame_type, body
-            if consumed == 0:
-                head = data if len(data) >= frames.HEADER_SIZE else read(offset, frames.HEADER_SIZE, end)
-                if len(head) >= frames.HEADER_SIZE:  # a frame longer than the read, or across a piece's end
-                    _, length = frames.HEADER.unpack_from(head, 0)
-                    whole = read(offset, frames.HEADER_SIZE + length, end)  # joined across pieces
-                    if len(whole) == frames.HEADER_SIZE + length:
-                        frame_type, _ = frames.HEADER.unpack_from(whole, 0)
-                        yield offset, frame_type, memoryview(whole)[frames.HEADER_SIZE :]
-                        offset += len(whole)
-                        continue
-                return  # an incomplete frame at the end of what is written
+            found, consumed = frames.frame_list(data, offset)
+            if not consumed:  # a frame longer than the read, or across a piece's end: read whole (joined)
+                whole = frames.read_frame(lambda at, n: read(at, n, end), offset, data)
+                found, consumed = frames.frame_list(whole, offset)
+                if not consumed:
+                    return  # an incomplete frame at the end of what is written
+            yield from found
             offset += consumed
 
     def frame_headers(self, name: str, start: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -191,10 +182,7 @@ class DirectoryReader:
         if not reader.bases or offset < reader.bases[0]:
             return False
         base, _ = reader.chunk_span(offset, offset)
-        position = base
-        for frame_offset, _, length in frame_headers(reader, base, offset):
-            position = frame_offset + frames.HEADER_SIZE + length
-        return position == offset
+        return frames.reaches(reader.pread, base, offset)
 
     def check_start(self, name: str, offset: int) -> None:
         """Refuse a start offset below the segment's start, past its end, or inside a frame."""
@@ -246,7 +234,7 @@ class DirectoryReader:
 
 def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
     """DirectoryReader.frame_headers, on one segment's chunks."""
-    for offset, frame_type, length, _ in walk_frames(reader.pread, start, end):
+    for offset, frame_type, length, _ in frames.walk_frames(reader.pread, start, end):
         yield offset, frame_type, length
 
 
@@ -260,37 +248,3 @@ def check_start(name: str, offset: int, start: int, end: int, could_start_frame:
     if not could_start_frame(name, offset):
         raise StoreError(f"offset {offset} of segment {name!r} is not where a frame starts "
                          f"(use an offset that logport cat printed)")
-
-
-def walk_frames(pread: Callable[[int, int, int], bytes], start: int, end: int,
-                with_body: Container[int] = ()) -> Iterator[tuple[int, int, int, bytes]]:
-    """(offset, type, body length, body) of each whole frame in [start, end); the body only for the
-    types in `with_body` (else b""). `pread(offset, max_bytes, end)` reads the bytes: a chunk file's
-    (ChunkReader.pread) or, for the Spark source, a hub's over the segment protocol.
-
-    Small frames come from one buffered window; past a large frame the next header is read on its
-    own, so the cost follows the frame count, not the bytes.
-    """
-    unpack = frames.HEADER.unpack_from
-    size = frames.HEADER_SIZE
-    pos = start
-    window = b""
-    window_start = start
-    while pos + size <= end:
-        rel = pos - window_start
-        if rel + size > len(window):
-            window = pread(pos, HEADER_WINDOW, end)
-            window_start, rel = pos, 0
-            if len(window) < size:
-                return
-        frame_type, length = unpack(window, rel)
-        stop = pos + size + length
-        if stop > end:
-            return
-        body = b""
-        if frame_type in with_body:
-            body = window[rel + size : rel + size + length]
-            if len(body) < length:
-                body = pread(pos + size, length, end)
-        yield pos, frame_type, length, body
-        pos = stop

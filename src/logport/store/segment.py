@@ -695,12 +695,9 @@ class Segment:
         if keep == len(r.data):
             return r
         if keep == 0:
-            (_, length) = frames.HEADER.unpack_from(r.data, 0) if len(r.data) >= 8 else (0, 0)
-            assert self.verified is not None
-            if len(r.data) < 8:
-                head = self.verified.read(offset, 8, self.end)
-                (_, length) = frames.HEADER.unpack_from(head, 0)
-            data = self.verified.read(offset, frames.HEADER_SIZE + length, self.end)
+            verified, end = self.verified, self.end
+            assert verified is not None
+            data = bytes(frames.read_frame(lambda at, n: verified.read(at, n, end), offset, r.data))
         else:
             data = r.data[:keep]
         stop = offset + len(data)
@@ -755,13 +752,7 @@ class Segment:
         if offset == self.end:
             return True
         base, _ = self.reader.chunk_span(offset, self.end)
-        pos = base
-        while pos < offset:
-            head = self.reader.pread(pos, frames.HEADER_SIZE, self.end)
-            if len(head) < frames.HEADER_SIZE:
-                return False
-            pos += frames.HEADER_SIZE + frames.HEADER.unpack(head)[1]
-        return pos == offset
+        return frames.reaches(self.reader.pread, base, offset)
 
     def _drop_chunks_below(self, offset: int) -> None:
         """Delete whole chunks first, then record the start offset: on a full disk the deletion is

@@ -62,7 +62,7 @@ class SegmentStore:
         self.metrics = metrics or Metrics()
         self._segments: dict[str, Segment] = {}
         self._creating: dict[str, asyncio.Future[Segment]] = {}
-        # appends waiting for their segment to be created, in the order they were made (_submit_in_order)
+        # appends waiting for their segment to be created, in the order they were made (submit)
         self._lines: dict[str, list[tuple[list[Buffer], WriterCondition | None, bool, int | None,
                                           asyncio.Future[AppendResult]]]] = {}
         self._line_tasks: set[asyncio.Task[None]] = set()
@@ -194,60 +194,19 @@ class SegmentStore:
 
     # --- appends ---
 
-    async def append(self, name: str, bodies: Sequence[bytes | memoryview], *,
-                     writer: WriterCondition | None = None, create: bool = True, events: int | None = None) -> AppendResult:
-        """Append events (one frame each) atomically; returns once durable per the fsync policy.
-
-        The bodies are written as they are (no copy): they must not change until this returns. `events`: what
-        store/counting.py counts in them (`logport segments`), when the caller knows it; else the store counts.
-        """
-        limit = self.config.max_frame_size
-        for body in bodies:
-            if len(body) > limit:
-                raise StoreLimitExceeded(
-                    f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
-                )
-        parts: list[Buffer] = []
-        pack = frames.HEADER.pack
-        for body in bodies:
-            parts.append(pack(frames.EVENT, len(body)))
-            parts.append(body)
-        return await self._submit_in_order(name, parts, writer, len(bodies) > 1, create, events)
-
-    async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
-                            writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
-        """Append bytes that are already whole frames (the segment protocol's own Event messages).
-
-        The caller vouches that `framed` is a sequence of whole frames within max_frame_size, and
-        that it does not change until this returns (it is written without a copy). Like every
-        append it is all-or-nothing across a crash.
-        """
-        return await self._submit_in_order(name, [framed], writer, True, create, None)
-
     def submit(self, name: str, parts: list[Buffer], *, writer: WriterCondition | None = None, multi: bool = True,
                create: bool = True, events: int | None = None) -> asyncio.Future[AppendResult]:
-        """Queue whole frames given as buffers (the caller vouches for them, as for `append_framed`), without
-        the wait, for a caller that makes one future per append and no task (a Forward chunk): queued, or in
-        line behind the segment's creation (`create`), before this returns, so calls to one segment are
-        stored in their order. `multi`: the frames are one atomic group (a record marks them; not needed for
-        one frame without a writer). The future completes as `append` returns, or with what it raises. `events`:
-        as for `append`."""
-        return self._submit_in_order(name, parts, writer, multi, create, events)
+        """The one way into the store: whole frames given as buffers (the caller vouches for them, each within
+        max_frame_size; they are written without a copy and must not change until the future is done), queued
+        before this returns, so calls to one segment are stored in their order; also while the segment is
+        being created (`create`; else NoSuchSegment), behind the appends made before. The future completes once
+        they are durable per the fsync policy, or with what the store raised. `multi`: the frames are one
+        atomic group (a record marks them; not needed for one frame without a writer). `events`: what
+        store/counting.py counts in the frames, when the caller knows it (else the store counts them).
 
-    def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
-                      writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
-        """`append_framed` without the wait, for a caller that must not yield (a transport callback):
-        the frames are queued (or in line behind appends waiting for the segment's creation) before
-        this returns, so calls are stored in their order. The segment must exist. The future
-        completes as `append_framed` returns (see Segment.submit)."""
-        return self._submit_in_order(name, [framed], writer, True, False, None)
-
-    def _submit_in_order(self, name: str, parts: list[Buffer], writer: WriterCondition | None, multi: bool,
-                         create: bool, events: int | None) -> asyncio.Future[AppendResult]:
-        """Queue an append now, or, while its segment is being created, in line behind the appends
-        made before it: awaiting the creation, the appends of one connection that came before a
-        created segment existed were queued after those that came once it did (a Forward client's
-        events 1-2925 of 5000 were stored after 2926-4999)."""
+        In line behind the creation, not awaiting it: awaiting, the appends of one connection that came before
+        a created segment existed were queued after those that came once it did (a Forward client's events
+        1-2925 of 5000 were stored after 2926-4999)."""
         segment = self._segments.get(name)
         if segment is not None and name not in self._lines:
             return self._submit(segment, parts, writer, multi, events)
@@ -262,6 +221,29 @@ class SegmentStore:
             task.add_done_callback(self._line_tasks.discard)
         line.append((parts, writer, multi, events, future))
         return future
+
+    async def append(self, name: str, bodies: Sequence[bytes | memoryview], *,
+                     writer: WriterCondition | None = None, create: bool = True, events: int | None = None) -> AppendResult:
+        """`submit` of events, one frame each, awaited; each body checked against max_frame_size first."""
+        limit = self.config.max_frame_size
+        for body in bodies:
+            if len(body) > limit:
+                raise StoreLimitExceeded(
+                    f"event of {len(body)} bytes for segment {name!r} exceeds max_frame_size {limit}"
+                )
+        return await self.submit(name, frames.event_parts(bodies), writer=writer, multi=len(bodies) > 1,
+                                 create=create, events=events)
+
+    async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
+                            writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
+        """`submit` of one buffer of whole frames (the segment protocol's own Event messages), awaited."""
+        return await self.submit(name, [framed], writer=writer, create=create)
+
+    def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
+                      writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
+        """`submit` of one buffer of whole frames to a segment that exists, for a caller that must not yield (a
+        transport callback)."""
+        return self.submit(name, [framed], writer=writer, create=False)
 
     async def _open_line(self, name: str) -> None:
         """Create the segment, then queue the appends in line, in order, in the same step that ends

@@ -157,9 +157,8 @@ def _count_exact(reader: DirectoryReader, name: str, start: int, end: int, summa
             break
         counted, whole = counting.count_whole_frames(data)
         if whole == 0:  # one frame longer than the read
-            _, length = frames.HEADER.unpack_from(verified.read_view(offset, frames.HEADER_SIZE, end), 0)
-            data = verified.read_view(offset, frames.HEADER_SIZE + length, end)
-            counted, whole = counting.count_whole_frames(data)
+            counted, whole = counting.count_whole_frames(
+                frames.read_frame(lambda at, n: verified.read_view(at, n, end), offset, data))
         events += counted
         offset += whole
     return events

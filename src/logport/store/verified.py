@@ -4,15 +4,14 @@ A read is widened to the whole groups that cover its start, each group is checke
 out is cut from them; a range that fails raises CorruptData naming the segment, the range and the file.
 Each byte is read from its file once and checked once: the chunks before the last are walked as far as
 they are read, a window at a time, and the window that a walk read and checked is what the read hands
-out (before 2026-11-25 18:30 a chunk was walked whole, 64 MiB in one fresh buffer whose every page
-faulted in, and then read again). Checked spans are kept, so that a reader going through a group
-larger than its reads checks it once. v1 chunks carry no checksums: their bytes are read as they are.
+out (a chunk walked whole, then read again, faulted in 64 MiB of fresh pages). Checked spans are kept,
+so that a reader going through a group larger than its reads checks it once. v1 chunks carry no
+checksums: their bytes are read as they are.
 
 A span read for a read (not a walk's window) is held in pieces cut where a segment offset is a multiple
 of PIECE, each its own `bytes`: a read of exactly one piece hands that object out, no copy. The segment
 listener cuts its replies on the same lines (servers/segment.py), so that a hub serving catch-up copies
-no byte in Python: before (2026-11-25), each 2 MiB reply was copied out of a group of up to 31 MiB, and
-that copy took as long as reading and checking the group (pread + CRC32C 6.9 GB/s, with the copies 3.6).
+no byte in Python (a reply copied out of its group halved the rate: 3.6 GB/s against 6.9 read and checked).
 """
 
 from __future__ import annotations
@@ -35,13 +34,11 @@ from logport.store.files import ChunkReader, CorruptRange, chunk_path
 _LAYOUTS_KEPT = 8  # layouts of chunks other than the last
 _SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
 _SPAN_BYTES_KEPT = 64 * 1024 * 1024  # a span larger is read again for each read in it
-_KEPT_TOTAL = 4 * 1024 * 1024  # past this, only the newest span is kept: a hub's groups reach 9-31 MiB, and
-# holding four of them kept glibc from reusing their memory (DirectoryReader over such a segment in a new
-# process: 1.0-1.1 GB/s keeping four, 1.8-2.2 keeping the newest alone, load average 5)
+_KEPT_TOTAL = 4 * 1024 * 1024  # past this, only the newest span is kept: four groups of 9-31 MiB kept
+# glibc from reusing their memory (a reader of such a segment: 1.0 GB/s keeping four, 1.8 the newest alone)
 _AHEAD_BYTES_KEPT = 8 * 1024 * 1024  # what a follower's walk keeps for its next reads
 _HOPS = 16  # group heads read to find where a window's whole groups end
-WINDOW = 1024 * 1024  # bytes a walk reads at a time (at least a group): pread of 1 MiB ran at 6.5 GB/s
-# here, 4 MiB at 4.2, 64 MiB at 2.1 (a buffer past glibc's mmap threshold faults in every page)
+WINDOW = 1024 * 1024  # bytes a walk reads at a time (at least a group): pread 6.5 GB/s at 1 MiB, 2.1 at 64 MiB
 
 PIECE = 2 * 1024 * 1024  # a read's span is held in pieces cut at multiples of this (segment offsets)
 CHECK_REUSE = 1.0  # seconds a range checked through a chunk's mapping counts as checked (see checked_view)
@@ -134,8 +131,8 @@ class VerifiedReads:
     def set_last(self, layout: groups.ChunkLayout) -> None:
         """The last chunk's layout from now on. The one before is kept when it is whole (it ends where the new
         one starts: the store's writer's own, at a roll); else (a reader beside the hub that had not walked
-        its last groups when the hub rolled) it is walked when it is read next. Before 2026-11-25 the writer's
-        was dropped too, and every reader of the hub walked the chunk again, frame by frame in Python."""
+        its last groups when the hub rolled) it is walked when it is read next (dropping the writer's too made
+        every reader of the hub walk the chunk again)."""
         last = self.last
         if last is not None and last is not layout:
             if last.base == layout.base:
@@ -380,8 +377,8 @@ class VerifiedReads:
         """`read_view` (not whole) for a sender that copies nothing itself: where the chunk's groups are known
         (the store's writer's layouts, and chunks walked whole) the bytes are a view of the chunk file mapped
         into memory, checked there (CRC32C over the mapping, no copy). The socket's send then copies each
-        byte once, out of the page cache (before 2026-11-26 pread copied it into a `bytes` first: a quarter
-        of the hub's CPU serving catch-up). The range checked is kept per chunk for CHECK_REUSE seconds: a
+        byte once, out of the page cache (a pread into a `bytes` first cost a quarter of the hub's CPU
+        serving catch-up). The range checked is kept per chunk for CHECK_REUSE seconds: a
         read that goes on inside it then (a reader catching up, whose replies cut groups) is not checked
         again, and every byte sent passed its check within that time. Kept longer, a page the kernel
         dropped from its cache and read again from a disk that changed it since would be sent unchecked:

@@ -1,6 +1,6 @@
 """The lake as the UI reads it: the committed files of each table (lake/log.py), narrowed to the dates a view
 needs by their partition paths, queried with DuckDB (chosen over pyarrow datasets by `logport bench ui
---compare-engines`: docs/benchmarks.md "ui")."""
+--compare-engines`: docs/benchmarks-history.md "ui")."""
 
 from __future__ import annotations
 

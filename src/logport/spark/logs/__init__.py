@@ -5,7 +5,7 @@ bytes per minute by segment, tag, source, host and level (`log_minutes`), and me
 How it runs on Spark: the workers read each event's message, host and level and mask the message's variable
 parts (fields.py, masks.py), and one aggregation per minute, key and masked message (kept with
 localCheckpoint) is all the later steps read. Drain is sequential and keeps state, so it runs on the driver
-(miner.py), over the distinct masked messages only (far fewer than the messages: docs/benchmarks.md "logs"),
+(miner.py), over the distinct masked messages only (far fewer than the messages: docs/benchmarks-history.md "logs"),
 against the lake's saved miner; the pattern ids join back to the aggregate as a broadcast.
 """
 

@@ -1,18 +1,22 @@
-/* The store's event count in C: the per-frame loop of store/counting.py (scan_frames_in_python is the
- * reference, and a hypothesis test holds the two to the same answers). A segment-protocol append of small
- * events is a block of thousands of frames; the store counts them as they are written, so the loop must
- * cost next to nothing beside the write.
+/* The frame walks of store/frames.py and the event count of store/counting.py in C. The Python functions
+ * beside them are the references (frame_list_in_python, next_record_in_python, scan_frames_in_python,
+ * scan_parts_in_python), and hypothesis tests hold the two to the same answers. A frame is a 4-byte big-endian
+ * signed type, a 4-byte big-endian length, then the body; every loop here takes whole frames through
+ * whole_frame().
  *
- * scan_frames(data) -> (plain, others, end): over the whole frames of `data` (a 4-byte big-endian signed
- * type, a 4-byte big-endian length, the body), the Event frames (type 0) whose body's first byte opens no
- * msgpack array (opaque: one event each), the (offset, length) of every other Event body (a batch, maybe:
- * counted in Python), and where the whole frames end.
- *
- * scan_parts(parts): scan_frames over an append's buffers, as the store holds them.
+ * frame_list(data, base) -> (frames, consumed): (offset, type, body) of each whole frame `data` starts with,
+ * each body a view of `data` (a reader's cut of what it read, nothing copied), and the bytes they take.
  *
  * next_record(data, pos) -> (offset, found): from `pos` (a frame's start), the first whole frame that is no
  * Event (a store record: found), else where the whole frames end: frames.ChunkScan walks a group's records in
  * Python and the runs of Events between them here.
+ *
+ * scan_frames(data) -> (plain, others, end): over the whole frames of `data`, the Event frames whose body's
+ * first byte opens no msgpack array (opaque: one event each), the (offset, length) of every other Event body
+ * (a batch, maybe: counted in Python), and where the whole frames end. A segment-protocol append of small
+ * events is a block of thousands of frames, counted as it is written: this loop must cost next to nothing.
+ *
+ * scan_parts(parts): scan_frames over an append's buffers, as the store holds them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,7 +28,71 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
+/* The body length of the frame at p[pos:end], or -1 when the frame is not all there. */
+static inline Py_ssize_t whole_frame(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end) {
+    if (end - pos < HEADER_SIZE)
+        return -1;
+    Py_ssize_t length = (Py_ssize_t)be32(p + pos + 4);
+    return length > end - pos - HEADER_SIZE ? -1 : length;
+}
+
 static int array_head(unsigned char c) { return c == 0x92 || c == 0x93 || c == 0xdc || c == 0xdd; }
+
+static PyObject *frame_list(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "frame_list(data, base_offset)");
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[1]);
+    if (base == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *view = PyMemoryView_FromObject(args[0]); /* the bodies are its slices: they hold the buffer */
+    if (view == NULL)
+        return NULL;
+    Py_buffer *buffer = PyMemoryView_GET_BUFFER(view);
+    if (buffer->ndim != 1 || buffer->itemsize != 1 || buffer->shape == NULL || !PyBuffer_IsContiguous(buffer, 'C')) {
+        Py_DECREF(view);
+        PyErr_SetString(PyExc_ValueError, "frame_list: a contiguous buffer of bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)buffer->buf;
+    Py_ssize_t end = buffer->len;
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        Py_DECREF(view);
+        return NULL;
+    }
+    Py_ssize_t pos = 0, length;
+    while ((length = whole_frame(p, pos, end)) >= 0) { /* an incomplete frame: the next read has its rest */
+        int32_t type = (int32_t)be32(p + pos);
+        /* view[pos + HEADER_SIZE : pos + HEADER_SIZE + length], made as memoryview's own slicing makes it (a
+         * new view of the same managed buffer, its start and length moved), without a slice object per frame */
+        PyObject *body = PyMemoryView_FromObject(view);
+        if (body != NULL) {
+            Py_buffer *part = PyMemoryView_GET_BUFFER(body);
+            part->buf = (char *)part->buf + pos + HEADER_SIZE;
+            part->len = length;
+            part->shape[0] = length;
+        }
+        PyObject *offset = body ? PyLong_FromLongLong(base + (long long)pos) : NULL;
+        PyObject *frame_type = offset ? PyLong_FromLong((long)type) : NULL;
+        PyObject *item = frame_type ? PyTuple_Pack(3, offset, frame_type, body) : NULL;
+        Py_XDECREF(offset);
+        Py_XDECREF(frame_type);
+        Py_XDECREF(body);
+        if (item == NULL || PyList_Append(found, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(found);
+            Py_DECREF(view);
+            return NULL;
+        }
+        Py_DECREF(item);
+        pos += HEADER_SIZE + length;
+    }
+    Py_DECREF(view);
+    PyObject *result = Py_BuildValue("(Nn)", found, pos);
+    return result;
+}
 
 static PyObject *scan_frames(PyObject *module, PyObject *arg) {
     Py_buffer view;
@@ -38,12 +106,9 @@ static PyObject *scan_frames(PyObject *module, PyObject *arg) {
     const unsigned char *p = view.buf;
     Py_ssize_t end = view.len, pos = 0;
     long long plain = 0;
-    while (end - pos >= HEADER_SIZE) {
-        uint32_t type = be32(p + pos);
-        Py_ssize_t length = (Py_ssize_t)be32(p + pos + 4);
-        if (length > end - pos - HEADER_SIZE)
-            break; /* a torn frame: not whole */
-        if (type == 0) {
+    Py_ssize_t length;
+    while ((length = whole_frame(p, pos, end)) >= 0) {
+        if (be32(p + pos) == 0) {
             if (length && array_head(p[pos + HEADER_SIZE])) {
                 PyObject *item = Py_BuildValue("(nn)", pos + HEADER_SIZE, length);
                 if (item == NULL || PyList_Append(others, item) < 0) {
@@ -165,10 +230,8 @@ static PyObject *next_record(PyObject *module, PyObject *const *args, Py_ssize_t
     const unsigned char *p = view.buf;
     Py_ssize_t end = view.len;
     int found = 0;
-    while (end - pos >= HEADER_SIZE) {
-        Py_ssize_t length = (Py_ssize_t)be32(p + pos + 4);
-        if (length > end - pos - HEADER_SIZE)
-            break;
+    Py_ssize_t length;
+    while ((length = whole_frame(p, pos, end)) >= 0) {
         if (be32(p + pos) != 0) {
             found = 1;
             break;
@@ -180,6 +243,10 @@ static PyObject *next_record(PyObject *module, PyObject *const *args, Py_ssize_t
 }
 
 static PyMethodDef methods[] = {
+    {"frame_list", (PyCFunction)(void (*)(void))frame_list, METH_FASTCALL,
+     "frame_list(data, base_offset) -> (frames, consumed): (offset, type, body) of each whole frame that "
+     "`data` starts with, offsets from base_offset, each body a memoryview of data; consumed: the bytes "
+     "they take (an incomplete frame after them is left out)."},
     {"scan_frames", scan_frames, METH_O,
      "scan_frames(data) -> (opaque Event frames, [(offset, length) of the other Event bodies], end of the whole frames)"},
     {"scan_parts", scan_parts, METH_O,
@@ -189,6 +256,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "logport.store._eventscan", NULL, 0, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "logport.store._frames", NULL, 0, methods};
 
-PyMODINIT_FUNC PyInit__eventscan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__frames(void) { return PyModule_Create(&module); }
