@@ -36,6 +36,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
     "forward": ("about 1 min", "Node (node_modules/@fluent-org/logger: `make node`), or --skip-node"),
     "logjam": ("3-5 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
+    "pipeline": ("15-30 min", "Java for PySpark (`make java`); some 3 GB free for its data (--dir)"),
     "segment": ("2-4 min", "nothing more"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
     "store": ("3-6 min", "a disk to fsync to (it writes GiBs under --dir)"),
