@@ -212,7 +212,7 @@ class LakeWriter:
         if compact:
             for name, (table, _) in sorted(output.tables.items()):
                 for rel_dir, old in self._compactable(name, files.get(name, [])).items():
-                    new = self._compact(output.tables[name][1].sparkSession, table, name, rel_dir, old,
+                    new = self._compact(output.tables[name][1].sparkSession, table, rel_dir, old,
                                         staging / "_compact" / name, tag)
                     moves += new
                     files.setdefault(name, []).extend(rel for _, rel in new)
@@ -245,9 +245,9 @@ class LakeWriter:
         return sorted(path.rglob("*.parquet"))
 
     @staticmethod
-    def _renames(written: list[Path], staged: Path, table: str, tag: str, kind: str = "") -> list[tuple[Path, str]]:
-        """Where each staged file goes: `<table>/<partition dirs>/<kind><batch>-<n>.parquet` (relative)."""
-        return [(path, f"{table}/{path.parent.relative_to(staged)}/{kind}{tag}-{n:05d}.parquet".replace("/./", "/"))
+    def _renames(written: list[Path], staged: Path, table: str, tag: str) -> list[tuple[Path, str]]:
+        """Where each staged file goes: `<table>/<partition dirs>/<batch>-<n>.parquet` (relative to the lake)."""
+        return [(path, f"{table}/{path.parent.relative_to(staged)}/{tag}-{n:05d}.parquet".replace("/./", "/"))
                 for n, path in enumerate(written)]
 
     def _compactable(self, table: str, adding: list[str]) -> dict[str, list[str]]:
@@ -266,9 +266,10 @@ class LakeWriter:
             counts[str(Path(rel).parent)] = counts.get(str(Path(rel).parent), 0) + 1
         return {d: held[d] for d, n in counts.items() if n >= COMPACT_FILES and d in held}
 
-    def _compact(self, spark: SparkSession, table: Table, name: str, rel_dir: str, old: list[str], staging: Path,
+    def _compact(self, spark: SparkSession, table: Table, rel_dir: str, old: list[str], staging: Path,
                  tag: str) -> list[tuple[Path, str]]:
-        """The rows of `old` (committed files of one partition directory) rewritten as one sorted file."""
+        """The rows of `old` (committed files of one partition directory) rewritten as one sorted file,
+        `c<batch>-<n>.parquet`."""
         df = spark.read.parquet(*[str(self.root / p) for p in old])
         target = staging / rel_dir.replace("/", "_")
         df.coalesce(1).sortWithinPartitions(*sort_columns(table)).write.mode("overwrite").parquet(str(target))

@@ -49,6 +49,7 @@ BUILDERS = {
     "events": "logport.spark.traffic:event_tables",
 }
 DEFAULT_OUTPUTS = ("traffic", "logjam", "logs")  # events only when named: it copies every event
+ARCHIVES = {"events"}  # builders that keep events rather than count them: they take late events too
 LEGACY_TABLES = ("app_minutes", "exceptions")  # the output of logport before the lake, which --rebuild removes too
 LOOPBACK = "127.0.0.1"  # where a local Spark listens (driver, block manager, UI)
 CHECKPOINT_MARK = "logport-lake.json"  # in a streaming checkpoint: the lake batch id of its micro-batch 0
@@ -283,7 +284,6 @@ def builders(spec: str, asked: bool, progress: Progress) -> list[tuple[str, Buil
 class LakeRun:
     """What every batch of a run shares: the lake and its settings, the builders and what selects the events."""
 
-    spark: SparkSession
     writer: LakeWriter
     settings: LakeSettings
     builders: list[tuple[str, Builder]]
@@ -322,7 +322,9 @@ class LakeRun:
             inside = inside & (micros < F.lit(self.until_us))
         inside = F.coalesce(inside, F.lit(False))  # an event without a time is in no window
         future = round(time.time() * 1_000_000) + FUTURE_LIMIT_US
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+        # deserialized: the serialized levels' unroll of VARIANT records ran a 1 GB driver out of heap (2M logjam
+        # requests, local[2]), this one spills to disk
+        events = events.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         try:
             counts = events.agg(
                 F.count(F.lit(1)).alias("rows"), F.max(F.when(micros <= F.lit(future), micros)).alias("max_time"),
@@ -335,8 +337,8 @@ class LakeRun:
             output = BatchOutput(info={**info, "rows": rows, "late": late_rows, "outside": outside,
                                        "max_time_us": latest, "watermark_us": bound,
                                        "committed_at": datetime.now(UTC).isoformat(timespec="seconds")})
-            if rows > late_rows + outside:  # else nothing to build: the state stays as it is
-                self._build(events.where(~late & inside), batch, output)
+            if rows > outside:  # else nothing to build: the state stays as it is
+                self._build(events.where(inside), events.where(~late & inside), batch, output)
             entry = self.writer.commit(batch, output)
         finally:
             events.unpersist()
@@ -348,11 +350,14 @@ class LakeRun:
                              if entry.replaces else ""))
         return entry
 
-    def _build(self, events: DataFrame, batch: int, output: BatchOutput) -> None:
-        state_in, blob_in = self.writer.state_readers(self.spark)
-        ctx = BatchContext(self.spark, batch, self.settings, self.streaming, self.streams, state_in, blob_in)
+    def _build(self, selected: DataFrame, counted: DataFrame, batch: int, output: BatchOutput) -> None:
+        """Run the builders: on the events `counted` (in --since/--until, not behind the watermark), archives
+        on every one `selected` (late ones too: the watermark finalises counts, it does not lose events)."""
+        spark = selected.sparkSession  # a micro-batch's: the streaming query's own session
+        state_in, blob_in = self.writer.state_readers(spark)
+        ctx = BatchContext(spark, batch, self.settings, self.streaming, self.streams, state_in, blob_in)
         for name, builder in self.builders:
-            built = split_output(name, builder(events, ctx), self.contract)
+            built = split_output(name, builder(selected if name in ARCHIVES else counted, ctx), self.contract)
             output.tables.update(built.tables)
             output.state.update(built.state)
         output.blobs.update(ctx.blobs_out)
@@ -515,6 +520,8 @@ def checkpoint_offsets(checkpoint: Path, micro_batch: int) -> dict[str, int]:
 
 
 def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, checkpoint: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+
     base = stream_base(run, checkpoint)
     options = source_options(args)
     last = run.writer.last
@@ -526,7 +533,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, chec
         if run.writer.log.is_committed(batch):  # replayed: Spark did not record it done, the lake did
             run.progress.say(f"batch {batch} (micro-batch {micro_batch}) is committed already: skipped")
             return
-        previous = run.writer.last.info.get("offsets") or {} if run.writer.last is not None else {}
+        previous = (run.writer.last.info.get("offsets") or {}) if run.writer.last is not None else {}
         offsets = {**previous, **checkpoint_offsets(checkpoint, micro_batch)}
         run.run(events, batch, {"mode": "stream", "offsets": offsets, "stream": {"base": base, "batch": micro_batch}})
 
@@ -534,8 +541,6 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, chec
               .option("checkpointLocation", str(checkpoint)).queryName("logport_pipeline"))
     writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(
         processingTime=f"{args.trigger_seconds} seconds")
-    from pyspark.errors import StreamingQueryException
-
     query = writer.start()
     try:
         deadline = time.monotonic() + args.duration if args.duration > 0 else None
@@ -613,7 +618,7 @@ def main(args: argparse.Namespace) -> int:
                      f"{', '.join(name for name, _ in chosen)})")
         if spark.sparkContext.uiWebUrl:
             progress.say(f"Spark UI: {spark.sparkContext.uiWebUrl}")
-        run = LakeRun(spark, writer, settings, chosen, progress, args.stream, streams, since, until, watermark)
+        run = LakeRun(writer, settings, chosen, progress, args.stream, streams, since, until, watermark)
         if args.stream:
             run_stream(spark, args, run, checkpoint)
         else:
