@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -181,7 +181,8 @@ class LakeWriter:
         shutil.rmtree(staging, ignore_errors=True)
         self._remove_unreferenced_state()
 
-    def state_readers(self, spark: SparkSession) -> tuple[Any, Any]:
+    def state_readers(self, spark: SparkSession) -> tuple[Callable[[str], DataFrame | None],
+                                                          Callable[[str], bytes | None]]:
         """(state_in, blob_in) for BatchContext: the state the last committed batch left."""
         state = (self.last.info.get("state") if self.last else None) or {}
 
@@ -195,9 +196,9 @@ class LakeWriter:
 
         return state_in, blob_in
 
-    def commit(self, batch: int, output: BatchOutput, compact: bool = True) -> Entry:
-        """Write the batch's tables and state, then commit them with one entry; with `compact`, partitions that
-        hold COMPACT_FILES batch files or more are rewritten as one file in the same entry."""
+    def commit(self, batch: int, output: BatchOutput) -> Entry:
+        """Write the batch's tables and state, then commit them with one entry; partitions that hold COMPACT_FILES
+        batch files or more with this batch's are compacted in the same entry."""
         if self.log.is_committed(batch):
             raise LakeError(f"lake {str(self.root)!r}: batch {batch} is committed already")
         tag = f"{batch:020d}"
@@ -209,14 +210,12 @@ class LakeWriter:
             files[name] = [rel for _, rel in renames]
             moves += renames
         replaces: dict[str, list[str]] = {}
-        if compact:
-            for name, (table, _) in sorted(output.tables.items()):
-                for rel_dir, old in self._compactable(name, files.get(name, [])).items():
-                    new = self._compact(output.tables[name][1].sparkSession, table, rel_dir, old,
-                                        staging / "_compact" / name, tag)
-                    moves += new
-                    files.setdefault(name, []).extend(rel for _, rel in new)
-                    replaces.setdefault(name, []).extend(old)
+        for name, (table, df) in sorted(output.tables.items()):
+            for rel_dir, old in self._compactable(name, files[name]).items():
+                new = self._compact(df.sparkSession, table, rel_dir, old, staging / "_compact" / name, tag)
+                moves += new
+                files[name].extend(rel for _, rel in new)
+                replaces.setdefault(name, []).extend(old)
         state = self._write_state(batch, output)
         write_json(self.root / STAGING_DIR / f"{tag}.moved", {
             "files": [rel for _, rel in moves], "replaces": [p for names in replaces.values() for p in names]})
