@@ -1,17 +1,21 @@
 # The two commands: `make run` (the hub with its embedded store in ./data) and `make test`.
-# Both set up everything from nothing: the venv, the package with its dev extras (and its C extension),
-# the Node test peers (from package-lock.json) and a Java runtime for Spark.
+# Both set up what they need from nothing. `make run`: the venv with the package, its C extensions and its
+# runtime dependencies only (no test tools, no FUSE). `make test`: that, the dev extras (pytest, mypy, the
+# FUSE file system of the power-loss tests), the Node test peers (from package-lock.json) and a Java runtime
+# for Spark.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PACKAGE := pyproject.toml setup.py $(wildcard src/logport/*/*.c src/logport/*/*.h)
 
-.PHONY: run test lint bench setup java node clean
+.PHONY: run test lint bench setup java node clean ui-assets chromium screenshots
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/logport serve --data-dir ./data
 
 test: setup
@@ -26,10 +30,28 @@ test: ops-tools
 ops-tools:
 	@command -v systemd-analyze >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q systemd; }
 	@command -v tmux >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q tmux; }
+	@# iproute2's ip makes the network namespaces the tests of several hosts run in (tests/multihub)
+	@command -v ip >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iproute2; }
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { $(SUDO) apt-get update -q \
 		&& $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
-setup: $(STAMP) node java
+setup: $(STAMP) node java ui-assets chromium
+
+# `logport ui` ships Apache ECharts in the package: copied from node_modules (npm ci) at build time, not committed
+ECHARTS := src/logport/ui/static/echarts.min.js
+ui-assets: $(ECHARTS)
+
+$(ECHARTS): $(NODE_STAMP)
+	cp node_modules/echarts/dist/echarts.min.js $@
+
+# the UI's browser tests (tests/ui) drive Debian's chromium with Playwright (Playwright's own browser download
+# does not work here)
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+
+# README's screenshots of the dashboard and of a request page, over generated traffic (docs/img/, committed)
+screenshots: setup
+	$(BIN)/python bench/_ui_screenshots.py --out docs/img
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -38,9 +60,11 @@ lint: $(STAMP)
 bench: setup
 	$(BIN)/logport bench
 
-# a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs, and
-# perhaps without a C compiler and Python's headers, which the C extensions need (setup.py)
-$(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logport/protocols/*.h src/logport/spark/*.c)
+# The hub: a fresh Debian/Ubuntu ships python3 without ensurepip (the python3-venv package), which venv needs,
+# and perhaps without a C compiler and Python's headers, which the C extensions need (setup.py). Installed
+# editable, as `make test` installs it: one venv serves both, and a `make run` after `make test` (or before)
+# never leaves the tests an older copy of the sources.
+$(RUN_STAMP): $(PACKAGE)
 	@[ -x $(BIN)/python ] || { $(PYTHON) -c 'import ensurepip' 2>/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-venv; }; $(PYTHON) -m venv $(VENV); }
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gcc; }
@@ -48,10 +72,18 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/logport/protocols/*.c src/logpo
 		2>/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-dev; }
 	@# logjam's C pass inflates zlib bodies with zlib (setup.py links it to _logjam_scan)
 	@[ -e /usr/include/zlib.h ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q zlib1g-dev; }
-	@# the power-loss tests' FUSE file system (tests/powerloss): pyfuse3 builds against libfuse3
+	@# logjam's C pass drains the ZeroMQ sockets itself (libzmq's C API: its headers), and bench logjam's load
+	@# generator (bench/_logjam_load.c) links libzmq
+	@[ -e /usr/include/zmq.h ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libzmq3-dev; }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# What the tests need beside the hub: the dev extras, and for them the power-loss tests' FUSE file system
+# (tests/powerloss): pyfuse3 builds against libfuse3
+$(STAMP): $(RUN_STAMP) $(PACKAGE)
 	@pkg-config --exists fuse3 2>/dev/null && command -v fusermount3 >/dev/null \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q fuse3 libfuse3-dev pkg-config; }
-	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 

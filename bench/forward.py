@@ -1,8 +1,12 @@
 """Forward ingest: C connections send PackedForward chunks with acks to logport (fsync=always) and, in the
-same run, to @fluent-org/logger's FluentServer (in memory, no disk); plus logport's store at 64 KiB frames
-as the ceiling, and the server's memory when offered far more than it can store.
+same run, to a peer that keeps nothing on disk: @fluent-org/logger's FluentServer (`--peer fluent-org`, the
+default) or Fluent Bit's in_forward with its memory buffer and the null output (`--peer fluent-bit`, the
+fluent-bit program on PATH, built from source); plus logport's store at 64 KiB frames as the ceiling, and the
+server's memory when offered far more than it can store.
 
-The load comes from a separate process (this file run with --load), so the server's CPU is its own.
+The load comes from processes of its own (this file run with --load), one per connection by default, so the
+server's CPU is its own; each reports the CPU it used, and its busy share (CPU / wall time) well below one
+core shows the load waited on the server, not the other way round.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overload-seconds", type=float, default=6.0, help="duration of the overload run")
     p.add_argument("--overload", type=int, default=10, help="the overload run uses this many times the connections")
     p.add_argument("--dir", default=None, help="data directory parent (default: ./bench-out)")
-    p.add_argument("--skip-node", action="store_true", help="do not run the FluentServer comparison")
+    p.add_argument("--skip-node", action="store_true", help="do not run the peer's comparison")
+    p.add_argument("--peer", default="fluent-org", choices=["fluent-org", "fluent-bit"],
+                   help="the server beside logport: @fluent-org/logger's FluentServer (node), or fluent-bit (on PATH)")
+    p.add_argument("--load-processes", type=int, default=0,
+                   help="load generator processes, the connections shared among them (0: one per connection)")
     p.add_argument("--baseline", default="", help="a git revision whose hub and store run beside this code's, a "
                    "process per run, order alternating, e.g. f034c9a (format v1)")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)  # internal: run as the load generator
@@ -111,25 +119,44 @@ async def load(settings: dict[str, Any]) -> dict[str, Any]:
         writer.close()
 
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     await asyncio.gather(*(connection(n) for n in range(settings["connections"])))
     elapsed = time.perf_counter() - t0
     return {"chunks": acked[0], "events": acked[0] * per_chunk, "bytes": acked[0] * size, "seconds": elapsed,
-            "offered_bytes": sent_bytes[0]}
+            "offered_bytes": sent_bytes[0], "load_cpu": time.process_time() - cpu0}
 
 
 def run_load(host: str, port: int, args: argparse.Namespace, *, seconds: float, window: int,
-             connections: int | None = None) -> subprocess.Popen[str]:
-    settings = {"host": host, "port": port, "connections": connections or args.connections, "events": args.events,
-                "record_size": args.record_size, "window": window, "seconds": seconds}
+             connections: int | None = None) -> list[subprocess.Popen[str]]:
+    """The load generator's processes (--load-processes, else one per connection), the connections shared."""
+    total = connections or args.connections
+    processes = min(total, args.load_processes or total)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, __file__, "--load", json.dumps(settings)], stdout=subprocess.PIPE,
-                            text=True, env=env)
+    procs = []
+    for i in range(processes):
+        settings = {"host": host, "port": port, "connections": total // processes + (i < total % processes),
+                    "events": args.events, "record_size": args.record_size, "window": window, "seconds": seconds}
+        procs.append(subprocess.Popen([sys.executable, __file__, "--load", json.dumps(settings)],
+                                      stdout=subprocess.PIPE, text=True, env=env))
+    return procs
 
 
-def load_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, "load generator failed"
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+def load_result(procs: list[subprocess.Popen[str]]) -> dict[str, Any]:
+    """The processes' results together: counts added, the longest run's seconds, the load's busiest share of a
+    core (its CPU / its wall time; well below 1: the load waited on the server)."""
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, "load generator failed"
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    total = {key: sum(r[key] for r in results) for key in ("chunks", "events", "bytes", "offered_bytes", "load_cpu")}
+    total["seconds"] = max(r["seconds"] for r in results)
+    total["load_busy"] = max(r["load_cpu"] / r["seconds"] for r in results)
+    return total
+
+
+def load_running(procs: list[subprocess.Popen[str]]) -> bool:
+    return any(proc.poll() is None for proc in procs)
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -174,7 +201,7 @@ async def logport_run(work: Path, args: argparse.Namespace, *, seconds: float, w
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         proc = run_load("127.0.0.1", config.forward.port, args, seconds=seconds, window=window,
                         connections=connections)
-        while proc.poll() is None:
+        while load_running(proc):
             peak = max(peak, rss_mib())
             await asyncio.sleep(0.1)
         result = load_result(proc)
@@ -209,6 +236,56 @@ def fluent_server_run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+FLUENT_BIT_CONFIG = """\
+[SERVICE]
+    flush        1
+    log_level    error
+    http_server  off
+
+[INPUT]
+    name          forward
+    listen        127.0.0.1
+    port          {port}
+    storage.type  memory
+
+[OUTPUT]
+    name   null
+    match  *
+"""
+
+
+def fluent_bit_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """fluent-bit (on PATH): in_forward on loopback, its memory buffer, the null output; its CPU (every thread)
+    around the load's run."""
+    import socket
+
+    from _hubproc import tree_cpu_seconds
+
+    port = free_port()
+    config = work / "fluent-bit.conf"
+    config.write_text(FLUENT_BIT_CONFIG.format(port=port))
+    server = subprocess.Popen(["fluent-bit", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # until it listens
+            if server.poll() is not None:
+                raise SystemExit(f"bench forward: fluent-bit exited ({server.returncode}) before it listened")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("bench forward: fluent-bit did not listen within 10 s") from None
+                time.sleep(0.05)
+        cpu0 = tree_cpu_seconds(server.pid)
+        result = load_result(run_load("127.0.0.1", port, args, seconds=args.seconds, window=args.window))
+        result["cpu"] = tree_cpu_seconds(server.pid) - cpu0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
     if args.load:
         from _common import run_async
@@ -229,6 +306,12 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline:
         return run_beside_baseline(args)
 
+    if args.peer == "fluent-bit" and not args.skip_node and shutil.which("fluent-bit") is None:
+        print("bench forward: fluent-bit is not on PATH; build it from fluent/fluent-bit (docs/benchmarks.md says "
+              "how) or run with --peer fluent-org", file=sys.stderr)
+        return 2
+    peer_name = ("Fluent Bit in_forward (memory buffer, null output)" if args.peer == "fluent-bit"
+                 else "@fluent-org/logger FluentServer (memory)")
     base = Path(args.dir or "bench-out")
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=base))
@@ -244,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
             lps.append(run_async(lambda: logport_run(work / "lp", args, seconds=args.seconds,
                                                      window=args.window))[0])
             if not args.skip_node:
-                fss.append(fluent_server_run(args))
+                fss.append(fluent_bit_run(args, work) if args.peer == "fluent-bit" else fluent_server_run(args))
             spec = {"frame": 65536, "writers": writers, "total": args.store_mib * 2**20, "fsync": "always",
                     "mode": "default", "chunk_mib": 64}
             done = run_async(lambda s=spec: store_append(work / "store", s))  # type: ignore[misc]
@@ -265,20 +348,30 @@ def run(args: argparse.Namespace) -> int:
         return statistics.median(r["events"] / r["cpu"] for r in runs) if all(r.get("cpu") for r in runs) else 0.0
 
     lp_eps, lp_mbs = rates(lp)
+    def busy(runs: list[dict[str, Any]]) -> str:
+        return f"{max(r['load_busy'] for r in runs):.0%}"
+
     rows: list[list[Any]] = [["logport (fsync=always)", round(lp_eps), round(per_cpu(lps)), round(lp_mbs, 1),
-                              lp["chunks"], "1.00"]]
+                              lp["chunks"], "1.00", "1.00", busy(lps)]]
     if fs is not None:
         fs_eps, fs_mbs = rates(fs)
-        rows.append(["@fluent-org/logger FluentServer (memory)", round(fs_eps), round(per_cpu(fss)), round(fs_mbs, 1),
-                     fs["chunks"], f"{fs_eps / lp_eps:.2f}"])
-    rows.append([f"logport store alone, 64 KiB appends, {writers} writers", "", "", round(store_mbs, 1), "", ""])
-    table(["server", "events/s", "events per server CPU-s", "MB/s", "chunks acked", "vs logport"], rows)
+        rows.append([peer_name, round(fs_eps), round(per_cpu(fss)), round(fs_mbs, 1), fs["chunks"],
+                     f"{fs_eps / lp_eps:.2f}", f"{per_cpu(fss) / per_cpu(lps):.2f}", busy(fss)])
+    rows.append([f"logport store alone, 64 KiB appends, {writers} writers", "", "", round(store_mbs, 1), "", "", "",
+                 ""])
+    table(["server", "events/s", "events per server CPU-s", "MB/s", "chunks acked", "events/s vs logport",
+           "per CPU-s vs logport", "load busiest"], rows)
+    print("# load busiest: the busiest load process's CPU / its wall time over the rounds (below 100%: it waited "
+          "on the server)")
     print("# events per server CPU-s: the median over rounds of events / the server process's user+system CPU "
           f"(logport's hub with its store threads); load (1 min) at the end: {os.getloadavg()[0]:.2f}")
     print(f"# medians of {args.rounds} interleaved rounds; logport events/s per round: "
           + ", ".join(f"{r['events'] / r['seconds']:,.0f}" for r in lps)
           + "; store MB/s per round: " + ", ".join(f"{m:.0f}" for m in stores))
-    if fs is not None:
+    if fs is not None and args.peer == "fluent-bit":
+        print(f"# logport / Fluent Bit: {lp_eps / rates(fs)[0]:.2f}x events/s, {per_cpu(lps) / per_cpu(fss):.2f}x "
+              "events per server CPU-s (issue 34's targets: >= 1.0x both)")
+    elif fs is not None:
         print(f"# logport / FluentServer: {lp_eps / rates(fs)[0]:.2f}x events/s (target >= 3x)")
     print(f"# logport forward / store 64 KiB: {lp_mbs / store_mbs:.0%} of the store's MB/s (target >= 60%)")
     ov_mbs = ov["bytes"] / ov["seconds"] / 1e6

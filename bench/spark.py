@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     import logport.spark
+    from logport.spark.source import session_data_source
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="logport-bench-spark-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -105,13 +106,13 @@ def run(args: argparse.Namespace) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         logport.spark.register(spark)
         context = spark.sparkContext
-        new_python = context.pythonExec
+        new_python = sys.executable  # what register() runs a local session's source with
 
         def use(python: str) -> None:
             """The `logport` source registered anew, its Python workers running `python` (this checkout's,
             or the baseline's): Spark keeps the Python a source was registered with."""
-            context.pythonExec = python
-            logport.spark.register(spark)
+            with logport.spark.python_exec(context, python):
+                spark.dataSource.register(session_data_source(context.defaultParallelism))
 
         def logport_read() -> None:
             use(new_python)

@@ -142,3 +142,15 @@ def child_pids(parent: int, marker: str) -> list[int]:
         if int(fields[1]) == parent and fields[0] != "Z" and marker in cmdline:
             found.append(int(entry))
     return found
+
+
+def as_after_a_crash(seg_dir: Path) -> None:
+    """A segment's marks (store/marks.py) as a crash before its last chunk's first recovery point leaves them:
+    that chunk's mark dropped. A test that then tears the chunk's tail shows a crash's torn write, which
+    recovery cuts; torn after a clean stop's mark, the same bytes are corruption below the recovery point."""
+    from logport.store import marks
+    from logport.store.files import list_chunk_bases
+
+    last = list_chunk_bases(seg_dir)[-1]
+    kept = [m for m in marks.load(seg_dir).by_base.values() if m.base < last]
+    marks.save(seg_dir, kept)

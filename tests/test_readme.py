@@ -33,6 +33,7 @@ SHELLS = {"sh", "bash", "shell"}
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<code>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 MARK = re.compile(r"<!--\s*readme-test:\s*(?P<mark>\w+)\s*(?P<why>\(.*\))?\s*-->")
 MARKS = {"skip", "background"}
+SPARK_NOISE = ("NativeCodeLoader", "MacAddressUtil", "Truncated the string representation")
 BLOCK_TIMEOUT = 240.0  # seconds; a Spark block takes 15-30 s on a busy 2-core machine
 
 
@@ -172,6 +173,9 @@ def test_readme_runs_as_printed(tmp_path: Path) -> None:
                     pytest.fail(f"{block} ran over {BLOCK_TIMEOUT:.0f} s:\n{block.code}\n--- output:\n{tail(log)}")
             assert done.returncode == 0, (f"{block} exited with {done.returncode} after "
                                           f"{time.monotonic() - started:.1f} s:\n{block.code}\n--- output:\n{tail(log)}")
+            if "logport pipeline" in block.code:  # the Spark JVM's warnings nobody can act on are silenced
+                noise = [w for w in SPARK_NOISE if w in log.read_text(errors="replace")]
+                assert not noise, f"{block} printed Spark's {noise}:\n{tail(log)}"
     finally:
         for process in background:
             stop(process)

@@ -82,6 +82,9 @@ class StoreConfig:
     retention_bytes: int = 0  # per segment; 0 = keep everything
     retention_age: float = 0.0  # seconds; whole chunks older than this go; 0 = forever
     retention_check_interval: float = 60.0
+    # at most this often, a segment's recovery point (the end below which every commit group is known durable,
+    # store/marks.py) is recorded with one fdatasync of its marks file, off the append path
+    recovery_point_interval: float = 1.0
 
     def check(self, where: str = "store") -> None:
         _check_positive(f"{where}.chunk_size", self.chunk_size)
@@ -100,6 +103,7 @@ class StoreConfig:
         _check_positive(f"{where}.retention_bytes", self.retention_bytes, zero_ok=True)
         _check_positive(f"{where}.retention_age", self.retention_age, zero_ok=True)
         _check_positive(f"{where}.retention_check_interval", self.retention_check_interval)
+        _check_positive(f"{where}.recovery_point_interval", self.recovery_point_interval)
 
 
 @dataclass

@@ -117,8 +117,8 @@ class StoreError(LogportError):
 
 
 class NoSuchSegment(StoreError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no such segment {name!r}")
+    def __init__(self, name: str, where: str = "") -> None:
+        super().__init__(f"no such segment {name!r}" + (f" {where}" if where else ""))
         self.name = name
 
 
@@ -181,9 +181,9 @@ class StoreWriteFailed(StoreError):
 class CorruptData(StoreError):
     """Stored bytes that fail their checksum (or a v2 chunk's layout): never served as events."""
 
-    def __init__(self, name: str, start: int, end: int, path: str, reason: str) -> None:
-        super().__init__(f"segment {name!r}: bytes {start}..{end} of {path} are corrupt ({reason}); "
-                         f"nothing of that range is served (logport verify reports every such range)")
+    def __init__(self, name: str, start: int, end: int, path: str, reason: str, message: str = "") -> None:
+        super().__init__(message or f"segment {name!r}: bytes {start}..{end} of {path} are corrupt ({reason}); "
+                                    f"nothing of that range is served (logport verify reports every such range)")
         self.name = name
         self.start = start
         self.end = end
@@ -200,6 +200,27 @@ class CorruptData(StoreError):
 
 
 _CORRUPT = re.compile(r"bytes (?P<start>\d+)\.\.(?P<end>\d+) of (?P<path>.+?) are corrupt \((?P<reason>[^)]*)\)")
+
+
+class DataGivenUp(CorruptData):
+    """Corrupt bytes an operator gave up (`logport verify --repair`, recorded in the segment's state): a reader
+    skips the range with a warning and goes on at `end`; a reader that does not know this refuses it as corrupt."""
+
+    def __init__(self, name: str, start: int, end: int, path: str, reason: str, when: str) -> None:
+        super().__init__(name, start, end, path, reason, f"segment {name!r}: bytes {start}..{end} of {path} were "
+                                                         f"given up at {when} by logport verify --repair ({reason}); skipped")
+        self.when = when
+
+    @classmethod
+    def from_message(cls, name: str, message: str) -> DataGivenUp | None:
+        found = _GIVEN_UP.search(message)
+        if found is None:
+            return None
+        return cls(name, int(found["start"]), int(found["end"]), found["path"], found["reason"], found["when"])
+
+
+_GIVEN_UP = re.compile(r"bytes (?P<start>\d+)\.\.(?P<end>\d+) of (?P<path>.+?) were given up at (?P<when>\S+) "
+                       r"by logport verify --repair \((?P<reason>[^)]*)\)")
 
 
 class DataDirectoryInUse(StoreError):
@@ -256,6 +277,7 @@ class ServerUnavailable(LogportError, ConnectionError):
         self.peer = peer
         self.reason = reason
         self.waited = waited
+        self.connected = connected  # the server was reached before it failed
 
 
 class DataDirectoryMissing(StoreError):
@@ -264,4 +286,13 @@ class DataDirectoryMissing(StoreError):
     def __init__(self, data_dir: str) -> None:
         super().__init__(f"data directory {data_dir} does not exist (give the hub's store.data_dir with --data-dir "
                          f"or --config)")
+        self.data_dir = data_dir
+
+
+class NotADataDirectory(StoreError):
+    """A command that reads a data directory was pointed at something else (a file, another directory)."""
+
+    def __init__(self, data_dir: str, why: str) -> None:
+        super().__init__(f"{data_dir} is not a logport data directory: {why} (give the hub's store.data_dir with "
+                         f"--data-dir or --config)")
         self.data_dir = data_dir

@@ -5,7 +5,8 @@ attribute; the HTTP server runs in a thread (prometheus_client's WSGI server), s
 when the loop does not turn, and that is exactly what /health reports: 200 while the loop's last look is
 recent, 503 once it is `hub.health_timeout` old. /ready is 200 when every configured listener is bound,
 the store takes writes and the hub is not draining; otherwise 503, and the JSON body says which listener
-or segment and why.
+or segment and why. A segment holding corrupt data (found below its recovery point on open, kept and
+quarantined) is a warning in the body of a 200: the hub serves everything else, and takes appends.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class HealthMonitor:
 
     def __init__(self, metrics: Metrics, *, data_dir: str, min_free_bytes: int, timeout: float,
                  listeners: Callable[[], list[tuple[str, bool]]], draining: Callable[[], bool],
-                 on_tick: Callable[[], None] | None = None, interval: float = TICK) -> None:
+                 on_tick: Callable[[], None] | None = None, interval: float = TICK,
+                 corrupt: Callable[[], dict[str, list[Any]]] = dict) -> None:
         self.metrics = metrics
         self.data_dir = data_dir
         self.min_free_bytes = min_free_bytes
@@ -83,7 +85,9 @@ class HealthMonitor:
         self._listeners = listeners
         self._draining = draining
         self._on_tick = on_tick
+        self._corrupt = corrupt  # segment -> its corrupt ranges (files.CorruptRange) not given up
         self.interval = interval
+        self.warnings: tuple[Problem, ...] = ()
         self.store_watch = StoreWatch()
         self.last_tick = time.monotonic()
         self.problems: tuple[Problem, ...] = (Problem("hub", "logport", "starting"),)
@@ -114,6 +118,7 @@ class HealthMonitor:
 
     def tick(self) -> None:
         self.problems = tuple(self.check())
+        self.warnings = tuple(self.corrupt_data())
         self._ready.set(0 if self.problems else 1)
         self.last_tick = time.monotonic()
         if self._on_tick is not None:
@@ -143,6 +148,12 @@ class HealthMonitor:
                                                         "succeeded since (logport_store_write_errors)"))
         return problems
 
+    def corrupt_data(self) -> list[Problem]:
+        return [Problem("segment", segment, "holds corrupt data, kept as it is (quarantined): "
+                        + ", ".join(f"bytes {r.start}..{r.end} ({r.reason})" for r in ranges)
+                        + f"; `logport verify --repair {segment}` (hub stopped) gives it up")
+                for segment, ranges in sorted(self._corrupt().items())]
+
     # --- answered from the HTTP thread ---
 
     def stalled(self) -> float:
@@ -162,9 +173,10 @@ class HealthMonitor:
         stalled = self.stalled()
         if stalled:
             problems.insert(0, {"hub": "logport", "reason": f"the event loop has not turned for {stalled:.1f} s"})
+        warnings = {"warnings": [w.as_json() for w in self.warnings]} if self.warnings else {}
         if problems:
-            return 503, {"status": "not ready", "problems": problems}
-        return 200, {"status": "ready"}
+            return 503, {"status": "not ready", "problems": problems, **warnings}
+        return 200, {"status": "ready", **warnings}
 
 
 class _QuietHandler(WSGIRequestHandler):

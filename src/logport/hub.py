@@ -28,7 +28,7 @@ from logport.runtime import Runtime, Service
 from logport.store import SegmentStore
 from logport.store.identity import ensure_hub_identity
 from logport.systemd import Notifier
-from logport.tls import check_tls_files
+from logport.tls import check_listener_tls
 
 log = logging.getLogger("logport.hub")
 
@@ -71,6 +71,7 @@ class Hub:
 
     async def start(self) -> Runtime:
         cfg = self.config
+        check_listener_tls(cfg)  # before the store: a start that fails on a certificate leaves no data directory
         store = await SegmentStore.open(cfg.store, metrics=self.metrics)
         runtime = Runtime(config=cfg, store=store, metrics=self.metrics, router=Router(cfg.routes),
                           hub_id=ensure_hub_identity(cfg.store.data_dir))  # made on the first start, kept for good
@@ -89,7 +90,8 @@ class Hub:
                 self.metrics, data_dir=cfg.store.data_dir, min_free_bytes=cfg.hub.ready_min_free_bytes,
                 timeout=cfg.hub.health_timeout, listeners=self.listener_states, draining=lambda: self.draining,
                 on_tick=notifier.watchdog if notifier is not None else None,
-                interval=min(health.TICK, notifier.watchdog_interval or health.TICK) if notifier else health.TICK)
+                interval=min(health.TICK, notifier.watchdog_interval or health.TICK) if notifier else health.TICK,
+                corrupt=store.corrupt_segments)
             self.monitor.start()
             if not self._collector_registered:  # one per registry, however often the hub starts
                 self.metrics.registry.register(health.ListenerCollector(
@@ -191,10 +193,7 @@ class Hub:
         runtime, old = self.runtime, self.config
         try:
             new = load_config(self.config_path, **self.overrides)
-            for name in ("forward", "lumberjack", "segment"):
-                section = getattr(new, name)
-                if section.enabled and section.tls.enabled:
-                    check_tls_files(f"{name}.tls", section.tls)
+            check_listener_tls(new)
         except ConfigError as e:
             return self._refuse_reload(str(e))
         steps = reload_plan.plan(old, new)

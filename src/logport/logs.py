@@ -42,8 +42,24 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to sys.stderr as it is when a record is emitted, not as it was when the handler was made: a
+    program that swaps sys.stderr (a test's capture, a daemon's redirect) never leaves it a closed stream."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(level: str = "info", fmt: str = "json") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -39,6 +39,9 @@ class Metrics:
         self.write_errors = StampedCounter("logport_store_write_errors", "Failed writes or fsyncs", ["segment"], registry=r)
         self.corrupt_reads = Counter("logport_store_corrupt_reads", "Reads refused: stored bytes that fail their "
                                      "checksum (format v2)", ["segment"], registry=r)
+        self.corrupt_groups = Gauge("logport_store_corrupt_groups", "Commit groups of a segment the store found "
+                                    "corrupt on open (below its recovery point: kept, quarantined) and that no "
+                                    "`logport verify --repair` gave up", ["segment"], registry=r)
         self.fsyncs = Counter("logport_store_fsyncs", "fdatasync calls", registry=r)
         self.fsync_seconds = Histogram(
             "logport_store_fsync_seconds", "fdatasync latency", buckets=FSYNC_BUCKETS, registry=r

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from logport.config import TLSConfig
+from logport.config import Config, TLSConfig
 from logport.errors import ConfigError
 
 
@@ -40,8 +40,26 @@ def client_context(ca: str = "", cert: str = "", key: str = "", verify: bool = T
     return ctx
 
 
+def check_listener_tls(config: Config) -> None:
+    """The certificate files of every enabled listener with TLS load (ConfigError naming the key and the file):
+    checked before the hub opens its store, so a start that fails on them leaves nothing behind, and on reload."""
+    for name in ("forward", "lumberjack", "segment"):
+        section = getattr(config, name)
+        if section.enabled and section.tls.enabled:
+            check_tls_files(f"{name}.tls", section.tls)
+
+
 def check_tls_files(where: str, tls: TLSConfig) -> None:
     """The certificate, key and client CA load (a reload refuses files that do not, naming them)."""
+    for key in ("cert", "key", "client_ca"):
+        path = getattr(tls, key)
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                raise ConfigError(f"config key '{where}.{key}' has value {path!r}: cannot read it: "
+                                  f"{e.strerror or e}") from None
     try:
         server_context(tls)
     except (OSError, ssl.SSLError, ValueError) as e:

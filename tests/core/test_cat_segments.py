@@ -18,6 +18,7 @@ from logport.config import StoreConfig
 from logport.store import AppendResult, SegmentStore, frames
 from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, walk_chunk
+from tests.support import as_after_a_crash
 
 # a body that decodes as a [tag, entries] batch whose entries are not msgpack: an opaque event
 ODD_BATCH = msgpack.packb(["t", b"\xc1"])
@@ -167,6 +168,7 @@ def test_segments_and_cat_before_recovery_show_only_what_it_keeps(
         path.write_bytes(data[: torn.end_offset - 5])
     else:
         path.write_bytes(data[: torn.end_offset - 5] + bytes(5) + data[torn.end_offset :])
+    as_after_a_crash(tmp_path / "segments" / "s")  # torn by the crash: above its recovery point
     assert main(["segments", "--json", "--data-dir", str(tmp_path)]) == 0
     row = json.loads(capsys.readouterr().out)
     assert (row["end_offset"], row["bytes"], row["events"]) == (a.end_offset, a.end_offset, 1)

@@ -42,8 +42,8 @@ def test_segments(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ("forward", 2, False, 0), ("opaque", 1, True, 0)]
     assert main(["segments", "--data-dir", str(data_dir)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["SEGMENT", "START", "END", "BYTES", "EVENTS", "SEALED"]
-    assert out[2].split()[0] == "opaque" and out[2].split()[-1] == "yes"
+    assert out[0].split() == ["SEGMENT", "START", "END", "BYTES", "EVENTS", "SEALED", "CORRUPT"]
+    assert out[2].split()[0] == "opaque" and out[2].split()[-2:] == ["yes", "-"]
 
 
 def test_cat(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,6 +91,7 @@ def test_cat_follow_prints_new_events(data_dir: Path) -> None:
 
 
 def test_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "segments").mkdir()  # a hub's data directory, without that segment
     assert main(["cat", "nosuch", "--data-dir", str(tmp_path)]) == 2
     assert "no such segment 'nosuch'" in capsys.readouterr().err
     cfg = tmp_path / "bad.toml"

@@ -74,5 +74,7 @@ async def test_send_forward_cli_counts_what_was_acknowledged_when_it_fails(tmp_p
         lines = b'{"n": 1}\n{"record": {"n": 2}, "time": "soon"}\n{"n": 3}\n'
         _, err = await asyncio.wait_for(proc.communicate(lines), 30)
         assert proc.returncode == 1
-        assert "line 2: " in err.decode() and err.decode().rstrip().endswith("1 event acknowledged before that")
+        said = err.decode()
+        assert "line 2: " in said and "2 lines read, 1 acknowledged, 1 not acknowledged" in said, said
+        assert said.rstrip().endswith("--batch 1 --skip-lines 1 < the same input"), said
         assert [e[3] for e in await stored_events(hub)] == [{"n": 1}]

@@ -491,7 +491,7 @@ async def test_an_unexpected_error_storing_a_chunk_closes_the_connection_without
     async with running_hub(config):
         port = config.forward.port
 
-        def broken(*args: object, **kwargs: object) -> tuple[list[bytes], int]:
+        def broken(*args: object, **kwargs: object) -> tuple[list[bytes], int, int]:
             raise RuntimeError("a bug")
 
         monkeypatch.setattr(server_module, "frame_batch", broken)

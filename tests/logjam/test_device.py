@@ -296,18 +296,24 @@ async def test_a_failed_append_is_neither_acknowledged_nor_published(tmp_path: P
         producer = AgentProducer(zctx, cfg.logjam.router_port)
         sub = RawSubscriber(zctx, cfg.logjam.pub_port)
         await until_connected(sub, producer)
-        real_append = store.append
+        real_append, real_submit = store.append, store.submit
 
         async def failing_append(*args: Any, **kwargs: Any) -> Any:
             raise StoreWriteFailed("disk full (test)")
 
-        store.append = failing_append  # type: ignore[method-assign]
+        def failing_submit(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(StoreWriteFailed("disk full (test)"))
+            return failed
+
+        # the Python path appends bodies, the C side's drained batches are submitted framed
+        store.append, store.submit = failing_append, failing_submit  # type: ignore[method-assign]
         with pytest.raises(TimeoutError):
             await producer.send_sync(agent_frames(1), timeout=0.5)
         with pytest.raises(TimeoutError):
             await sub.recv_data(0.3)
         assert sample(hub, "logport_logjam_store_errors_total") == 1
-        store.append = real_append  # type: ignore[method-assign]
+        store.append, store.submit = real_append, real_submit  # type: ignore[method-assign]
         producer.close()
         producer = AgentProducer(zctx, cfg.logjam.router_port)
         assert (await producer.send_sync(agent_frames(2)))[-1] == lj.ACCEPTED

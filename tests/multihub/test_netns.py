@@ -17,39 +17,35 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import shutil
-import socket
 import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pylogbeat
 import pytest
 from fluent import sender as fluent_sender
 
-from logport.clients.forward import ForwardSender, SenderConfig, ServerAddress
 from logport.store.identity import read_hub_identity
+from tests.multihub.netns import (
+    FORWARD,
+    LUMBERJACK,
+    NEEDS_NETNS,
+    SEGMENT,
+    HubProcess,
+    ip,
+    send_forward,
+    start_hub,
+    stop_hub,
+    unused_prefix,
+    wait_for_port,
+)
 from tests.spark.test_pipeline import run
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                       reason="network namespaces need root and iproute2's ip"),
-]
+pytestmark = [pytest.mark.slow, NEEDS_NETNS]
 
-FORWARD, LUMBERJACK, SEGMENT = 24224, 5044, 12345
 HUBS = 3
-
-
-def ip(*args: str, namespace: str | None = None) -> str:
-    command = ["ip", "netns", "exec", namespace, "ip", *args] if namespace else ["ip", *args]
-    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=30).stdout
 
 
 @dataclass
@@ -62,42 +58,17 @@ class Host:
     address: str  # the hub's
     gateway: str  # ours on the link
     data_dir: Path
-    process: subprocess.Popen[bytes] | None = None
-    log: Any = None  # the hub's stderr
+    hub: HubProcess | None = None
     created: list[str] = field(default_factory=list)  # what exists now, to remove: "netns", "link"
 
     def server(self, port: int) -> str:
         return f"{self.address}:{port}"
 
 
-def _unused_prefix() -> str:
-    """A 10.X. prefix no address or route of this host (or its namespaces we can see) is in."""
-    taken = ip("-o", "addr") + ip("route") + ip("-o", "-6", "route")
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        prefix = f"10.{rng.randrange(100, 250)}."
-        if prefix not in taken:
-            return prefix
-    raise RuntimeError("no free 10.X.0.0/16 for the test's links")
-
-
-def _wait_for_port(host: str, port: int, process: subprocess.Popen[bytes], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the hub at {host} exited with {process.returncode}")
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"no hub listening at {host}:{port} after {seconds} s")
-
-
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[list[Host]]:
     tag = f"lp{os.getpid() % 100000}"
-    prefix = _unused_prefix()
+    prefix = unused_prefix()
     made: list[Host] = []
     # Where a link is down, its /30 route goes with it: this one makes the prefix unreachable then,
     # as for a host whose link is cut, instead of routing it to the default gateway (whatever answers there).
@@ -124,33 +95,15 @@ def hosts(tmp_path: Path) -> Iterator[list[Host]]:
             assert host.namespace in ip("netns", "list").split()
             assert f"inet {host.gateway}/30" in ip("-o", "addr", "show", "dev", host.link)
             assert f"inet {host.address}/30" in ip("-o", "addr", "show", "dev", host.peer, namespace=host.namespace)
-            config = host.data_dir.with_suffix(".toml")
-            config.write_text(
-                f'[store]\ndata_dir = "{host.data_dir}"\nfsync = "never"\n'
-                f'[hub]\nlog_format = "text"\nlog_level = "warning"\n'
-                '[metrics]\nenabled = false\n[logjam]\nenabled = false\n'
-                f'[forward]\nbind = "{host.address}"\nport = {FORWARD}\n'
-                f'[lumberjack]\nbind = "{host.address}"\nport = {LUMBERJACK}\n'
-                f'[segment]\nbind = "{host.address}"\nport = {SEGMENT}\n')
-            host.log = open(host.data_dir.with_suffix(".log"), "wb")  # noqa: SIM115 (closed at teardown)
-            host.process = subprocess.Popen(
-                ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "logport.cli", "serve", "--config",
-                 str(config)], stdout=subprocess.DEVNULL, stderr=host.log)
+            host.hub = start_hub(host.namespace, host.address, host.data_dir)
         for host in made:
-            assert host.process is not None
-            _wait_for_port(host.address, SEGMENT, host.process)
+            assert host.hub is not None
+            wait_for_port(host.address, SEGMENT, host.hub.process)
         yield made
     finally:
         for host in made:
-            if host.process is not None and host.process.poll() is None:
-                host.process.terminate()
-                try:
-                    host.process.wait(20)
-                except subprocess.TimeoutExpired:
-                    host.process.kill()
-                    host.process.wait(10)
-            if host.log is not None:
-                host.log.close()
+            if host.hub is not None:
+                stop_hub(host.hub)
         if routed:
             subprocess.run(["ip", "route", "del", "unreachable", blackhole], capture_output=True, timeout=30)
         for host in made:  # only what this test made: its links (the peer goes with them), its namespaces
@@ -158,32 +111,6 @@ def hosts(tmp_path: Path) -> Iterator[list[Host]]:
                 subprocess.run(["ip", "link", "del", host.link], capture_output=True, timeout=30)
             if "netns" in host.created:
                 subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, timeout=30)
-
-
-class TrackingSender(ForwardSender):
-    """The project's Forward client, noting which server acknowledged each batch (sends are sequential)."""
-
-    last: ServerAddress | None = None
-
-    async def _link(self, server: ServerAddress) -> Any:
-        self.last = server
-        return await super()._link(server)  # type: ignore[misc]
-
-
-async def send_forward(hosts: list[Host], first: int, count: int, per_batch: int, acked: Counter[str],
-                       ids: set[str], before_each: Any = None) -> None:
-    """Batches of `per_batch` events over all hubs (equal weights); acked[hub address] += each acked batch."""
-    config = SenderConfig(servers=[ServerAddress(h.address, FORWARD) for h in hosts], ack_timeout=3.0,
-                          connect_timeout=2.0, retries=6, retry_wait=0.2, recover_wait=30.0)
-    async with TrackingSender(config) as client:
-        for start in range(first, first + count, per_batch):
-            if before_each is not None:
-                before_each(start)
-            events = [(1_795_000_000 + i, 0, {"shipper": "forward", "seq": i}) for i in range(start, start + per_batch)]
-            await client.send("multi.forward", events)
-            assert client.last is not None
-            acked[client.last.host] += per_batch
-            ids.update(f"forward-{i}" for i in range(start, start + per_batch))
 
 
 def send_fluent(host: Host, count: int, acked: Counter[str], ids: set[str]) -> None:
@@ -211,7 +138,7 @@ def test_three_hubs_over_the_network(spark, hosts: list[Host], tmp_path: Path) -
     address_of = {v: k for k, v in identity.items()}
     acked: Counter[str] = Counter()
     ids: set[str] = set()
-    asyncio.run(send_forward(hosts, 0, 300, 10, acked, ids))
+    asyncio.run(send_forward([h.address for h in hosts], 0, 300, 10, acked, ids))
     send_fluent(hosts[2], 50, acked, ids)
     send_beats(hosts[1], 60, 20, acked, ids)
     assert sum(acked.values()) == 410 and len(ids) == 410
@@ -232,13 +159,13 @@ def test_three_hubs_over_the_network(spark, hosts: list[Host], tmp_path: Path) -
         if start == 400:
             ip("link", "set", hosts[0].link, "down")
 
-    asyncio.run(send_forward(hosts, 300, 200, 10, acked, ids, before_each=link_down_at))
+    asyncio.run(send_forward([h.address for h in hosts], 300, 200, 10, acked, ids, before_each=link_down_at))
     assert "state DOWN" in ip("link", "show", hosts[0].link)
     # A streaming run meanwhile fails, naming the hub; its checkpoint stays where it was.
     with pytest.raises(Exception, match=f"hub {hosts[0].server(SEGMENT)} did not answer within timeout=2 s"):
         run(*stream)
     ip("link", "set", hosts[0].link, "up")
-    _wait_for_port(hosts[0].address, SEGMENT, hosts[0].process)  # type: ignore[arg-type]
+    wait_for_port(hosts[0].address, SEGMENT, hosts[0].hub.process)  # type: ignore[union-attr]
     assert run(*stream) == 0  # resumes from the checkpoint
 
     stored = per_hub()

@@ -176,7 +176,7 @@ async def test_sigterm_under_load_loses_nothing_acknowledged(tmp_path: Path) -> 
     assert took <= GRACE + 2, f"SIGTERM took {took:.1f} s, hub.shutdown_grace {GRACE}"
     logs = [json.loads(line) for line in hub.log_lines() if line.startswith("{\"ts\"")]
     drained = {line["listener"]: line for line in logs if line.get("msg") == "listener drained"}
-    assert set(drained) == {"forward", "lumberjack", "segment"}, drained
+    assert set(drained) == {"forward", "lumberjack", "segment", "logjam"}, drained
     assert all(line["unsettled"] == 0 for line in drained.values()), drained
     assert any(line.get("msg") == "drained" for line in logs)
 

@@ -35,7 +35,7 @@ def promtool() -> str:
 def test_promtool_checks_the_rules() -> None:
     done = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 10 rules found" in done.stdout
+    assert "SUCCESS: 11 rules found" in done.stdout
 
 
 def test_every_alert_fires_on_its_series_and_stays_quiet_without() -> None:
@@ -44,7 +44,7 @@ def test_every_alert_fires_on_its_series_and_stays_quiet_without() -> None:
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
     alerts = set(re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), re.M))
     tested = set(re.findall(r"alertname: (\w+)", (MONITORING / "logport.rules.test.yml").read_text()))
-    assert alerts == tested and len(alerts) == 10, alerts ^ tested
+    assert alerts == tested and len(alerts) == 11, alerts ^ tested
 
 
 def dashboard_queries() -> list[str]:
@@ -123,7 +123,7 @@ scrape_configs:
         forward = api(port, "query", query="sum(logport_forward_events_total)")["result"]
         assert float(forward[0]["value"][1]) > 0
         rules = [r for g in api(port, "rules")["groups"] for r in g["rules"]]
-        assert len(rules) == 10 and all(r["health"] == "ok" for r in rules), rules
+        assert len(rules) == 11 and all(r["health"] == "ok" for r in rules), rules
         firing = [r["name"] for r in rules if r["state"] != "inactive"]
         assert not firing, firing  # a healthy hub under load raises nothing
         for query in dashboard_queries():  # every panel's query evaluates (names and syntax right)

@@ -8,7 +8,8 @@ each writer stands from the store alone. On start each writer first repeats its 
 which the store must answer as a duplicate, then goes on. Writer `plain` appends two-event groups
 without a writer to segment `plain` (at least once). Every acknowledgement is printed, flushed, as
 `ACK <segment> <offset> <body>` (`DUP ...` for a duplicate) before the next append of that writer.
-Chunks are small and retention is on, so chunks roll into spares, written ahead and recycled. With
+Chunks are small and retention is on, so chunks roll into spares, written ahead and recycled; the recovery
+point (store/marks.py) is recorded every 20 ms, so that power losses meet its file being replaced. With
 `direct`, store.direct_io is on: commits into those chunks are O_DIRECT|O_DSYNC writes, with no fdatasync.
 """
 
@@ -29,7 +30,7 @@ CHUNK = 64 * 1024
 
 def config(data_dir: str, direct: bool = False) -> StoreConfig:
     return StoreConfig(data_dir=data_dir, chunk_size=CHUNK, max_frame_size=4096, retention_bytes=6 * CHUNK,
-                       spare_chunks=2, prewrite_chunks=True, direct_io=direct)
+                       spare_chunks=2, prewrite_chunks=True, direct_io=direct, recovery_point_interval=0.02)
 
 
 def item(writer: int, i: int) -> bytes:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from logport.errors import CorruptData
+from logport.store.files import SegmentState
 from logport.store.reader import DirectoryReader
 from logport.store.verify import verify_segment
 from tests.conftest import REPO
@@ -97,6 +98,8 @@ def check(data_dir: Path, acked: dict[str, dict[int, bytes]]) -> dict[str, int]:
             assert len(seen) == len(set(seen)), "a writer's item stored twice"
         report = verify_segment(data_dir, segment)
         assert not report.bad, report.bad
+        # nothing below a recovery point failed: nothing was quarantined (the writer's opens recorded none)
+        assert not SegmentState.load(data_dir / "segments" / segment).corrupt
         counts[segment] = len(stored)
     return counts
 

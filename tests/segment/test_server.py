@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import logging
+import os
 import signal
 import struct
 import sys
@@ -19,6 +20,7 @@ import pytest
 from logport import errors
 from logport.batch import encode_batch
 from logport.clients import segment as client
+from logport.clients.stream import InputLines, SenderInput, SendProgress
 from logport.config import Config, StoreConfig
 from logport.hub import Hub
 from logport.protocols import segment as sp
@@ -539,12 +541,25 @@ async def test_blocking_client_matches_the_directory_reader(hub: Hub) -> None:
     await asyncio.to_thread(blocking)
 
 
+async def send_segment(args: Any, data: bytes) -> str:
+    """`logport send segment` in this process: `data` as its stdin (a pipe); the line it ends with."""
+    read, write = os.pipe()
+    os.write(write, data)  # less than a pipe's buffer
+    os.close(write)
+    progress = SendProgress()
+    try:
+        source = SenderInput(InputLines(read), progress, interval=1.0, skip=0)
+        return await client.LineAppender(args).send(source, progress)
+    finally:
+        os.close(read)
+
+
 async def test_cat_from_server_and_send(hub: Hub) -> None:
     port = port_of(hub)
     parser = __import__("argparse").ArgumentParser()
     client.add_send_arguments(parser)
     args = parser.parse_args(["lines", "--server", f"127.0.0.1:{port}"])
-    assert await client._send(args, io.BytesIO(b"first line\nsecond\nno newline")) == 0
+    assert "appended 3 events" in await send_segment(args, b"first line\nsecond\nno newline")
     assert events_of(hub, "lines") == [b"first line", b"second", b"no newline"]
     out = io.StringIO()
     assert await client.cat_from_server(f"127.0.0.1:{port}", "lines", None, False, out) == 0
@@ -598,8 +613,8 @@ async def test_send_with_a_connection_id_resumes_without_duplicates(
     server = f"127.0.0.1:{port_of(hub)}"
     parser = __import__("argparse").ArgumentParser()
     client.add_send_arguments(parser)
-    assert await client._send(parser.parse_args(["lines", "--server", server, "--connection-id", SEND_ID]),
-                              io.BytesIO(first)) == 0
+    assert "appended" in await send_segment(
+        parser.parse_args(["lines", "--server", server, "--connection-id", SEND_ID]), first)
     # the second run, of the real command, over the whole input
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "logport.cli", "send", "segment", "lines", "--server", server,
@@ -609,7 +624,7 @@ async def test_send_with_a_connection_id_resumes_without_duplicates(
     if refused is None:
         assert proc.returncode == 0, err.decode()
     else:
-        assert proc.returncode != 0 and refused in err and b"nothing appended" in err, err.decode()
+        assert proc.returncode == 2 and refused in err and b"nothing appended" in err, err.decode()
     assert events_of(hub, "lines") == stored
 
 

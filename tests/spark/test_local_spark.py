@@ -1,5 +1,5 @@
 """A local Spark stays where it is told: the job's session on 127.0.0.1 only, its UI off unless asked
-for; and register() refuses a session whose Python workers cannot import logport."""
+for; and register() runs the source with a Python that has logport, or says why it cannot."""
 
 from __future__ import annotations
 
@@ -94,10 +94,12 @@ def test_local_session_listens_on_loopback_only_and_its_ui_only_when_asked(tmp_p
 
 
 def fake_session(master: str, python: str, registered: list[Any]) -> Any:
-    """What register() looks at of a SparkSession: the master, the workers' Python, the conf, dataSource."""
+    """What register() looks at of a SparkSession: the master, the workers' Python, the conf, dataSource;
+    `registered` gets (source, the Python the context named as it was registered)."""
     conf = SimpleNamespace(get=lambda key, default=None: default)
     context = SimpleNamespace(master=master, pythonExec=python, getConf=lambda: conf, defaultParallelism=3)
-    return SimpleNamespace(sparkContext=context, dataSource=SimpleNamespace(register=registered.append))
+    return SimpleNamespace(sparkContext=context, dataSource=SimpleNamespace(
+        register=lambda source: registered.append((source, context.pythonExec))))
 
 
 def python_without_site_packages(tmp_path: Path) -> str:
@@ -109,30 +111,40 @@ def python_without_site_packages(tmp_path: Path) -> str:
 
 
 CASES: list[tuple[str, str, Callable[[Path], str], str | None]] = [
-    # (case, master, worker python, what the error says: None when register() registers)
+    # (case, master, the session's Python (PYSPARK_PYTHON), what the error says: None when register() registers)
     ("local, this Python", "local[2]", lambda _: sys.executable, None),
-    ("local, a Python without logport", "local[*]", python_without_site_packages, "No module named 'logport'"),
-    ("local, no such Python", "local", lambda p: str(p / "no-such-python3"), "No such file"),
-    ("cluster: its workers are its own", "spark://spark-master:7077", lambda p: str(p / "no-such-python3"), None),
+    ("local, a Python without logport", "local[*]", python_without_site_packages, None),
+    ("local, no such Python", "local", lambda p: str(p / "no-such-python3"), None),
+    ("local-cluster: executors on this machine", "local-cluster[2,1,1024]", python_without_site_packages, None),
+    ("cluster, a Python with logport here", "spark://spark-master:7077", lambda _: sys.executable, None),
+    ("cluster, a Python without logport", "spark://spark-master:7077", python_without_site_packages,
+     "No module named 'logport'"),
+    ("cluster, the executors' Python is not here", "spark://spark-master:7077",
+     lambda p: "./logport-env/bin/python", "No such file"),
 ]
 
 
 @pytest.mark.parametrize(("master", "python", "error"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_register_checks_that_local_workers_can_import_logport(
+def test_register_runs_the_source_with_a_python_that_has_logport(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master: str, python: Callable[[Path], str],
         error: str | None) -> None:
     monkeypatch.setattr(logport.spark, "_workers_checked", set())
+    monkeypatch.chdir(tmp_path)
     registered: list[Any] = []
-    worker_python = python(tmp_path)
-    session = fake_session(master, worker_python, registered)
+    session_python = python(tmp_path)
+    session = fake_session(master, session_python, registered)
     if error is None:
         register(session)
-        assert [(cls.name(), cls.parallelism) for cls in registered] == [("logport", 3)]  # partitions by it
+        [(source, source_python)] = registered
+        assert (source.name(), source.parallelism) == ("logport", 3)  # partitions by the session's cores
+        # A local session's source runs this interpreter; a cluster's, the executors' Python (checked here).
+        assert source_python == (sys.executable if master.startswith("local") else session_python)
+        assert session.sparkContext.pythonExec == session_python  # what the session's UDFs run: unchanged
         return
     with pytest.raises(WorkerPythonError) as raised:
         register(session)
     message = str(raised.value)
-    # Names the worker Python, why it failed, and what to set (to what) before the session is built.
-    assert repr(worker_python) in message and error in message, message
-    assert "PYSPARK_PYTHON" in message and repr(sys.executable) in message, message
+    # Names the executors' Python, where it was tried, why it failed, and what to do.
+    assert repr(session_python) in message and str(tmp_path) in message and error in message, message
+    assert "logport spark-package" in message, message
     assert not registered

@@ -6,25 +6,30 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logport.batch import decode_batch, encode_batch
+from logport.batch import decode_batch
 from logport.config import StoreConfig
 from logport.errors import CorruptData
-from logport.store import SegmentStore, WriterCondition, frames
+from logport.store import SegmentStore, WriterCondition, frames, marks
 from logport.store.files import SEGMENTS_DIR, chunk_path, list_chunk_bases
-from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, VERSION, walk_chunk
+from logport.store.groups import COMMIT_SIZE, VERSION, walk_chunk
 from logport.store.reader import DirectoryReader
+from logport.store.verify import verify_segment
+from tests.conftest import REPO
+from tests.store import filled_store
+from tests.store.filled_store import SEGMENTS, WRITER
 
 FIXTURE_V1 = Path(__file__).parent / "fixtures" / "v1-data"
-WRITER = b"\x01" * 16
 
 
 def events(data_dir: Path, segment: str) -> list[tuple[int, bytes]]:
@@ -47,38 +52,57 @@ async def store_events(store: SegmentStore, segment: str, out: list[tuple[int, b
     return out
 
 
-# --- a store holding every protocol's data, damaged every way ---
-
-SEGMENTS = ("forward", "lumberjack", "logjam", "seg")
+# --- a store holding every protocol's data, damaged every way below its recovery point ---
 
 
-async def _fill(data_dir: Path) -> None:
-    store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir), chunk_size=600, max_frame_size=512))
-    try:
-        for i in range(8):
-            await store.append("forward", [encode_batch("app", [(1700000000 + i, 0, {"total_time": 42.5, "n": i})],
-                                                        {"source": "forward", "size": 1, "chunk": f"c{i}"})],
-                               writer=WriterCondition(f"c{i}".encode(), 1))
-            await store.append("lumberjack", [encode_batch("beats", [(1700000000, i, {"message": f"l{i}"}),
-                                                                     (1700000001, i, {"message": f"m{i}"})],
-                                                           {"source": "lumberjack", "size": 2})])
-            await store.append("logjam", [encode_batch("logjam", [(1700000002, 0, {"action": "a#b", "n": i})],
-                                                       {"source": "logjam", "size": 1, "topic": "logs"})])
-        end = 0
-        for i in range(10):
-            bodies = [b"raw %d" % i, b"\x00" * i]
-            n = sum(frames.HEADER_SIZE + len(b) for b in bodies)
-            await store.append("seg", bodies, writer=WriterCondition(WRITER, end + n, end))
-            end += n
-    finally:
-        await store.close()
+@dataclass(frozen=True)
+class Template:
+    """A filled data directory: its events per segment, and each segment's recovery point (the end of its
+    live mark, store/marks.py) with the base of the chunk it lies in."""
+
+    data_dir: Path
+    events: dict[str, list[tuple[int, bytes]]]
+    points: dict[str, tuple[int, int]]
+    ends: dict[str, int]
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _template(data_dir: Path) -> Template:
+    points = {}
+    ends = {}
+    for segment in SEGMENTS:
+        seg_dir = data_dir / SEGMENTS_DIR / segment
+        point = marks.load(seg_dir).recovery_point(list_chunk_bases(seg_dir)[0])
+        assert point is not None
+        points[segment] = (point.base, point.end)
+        ends[segment] = DirectoryReader(data_dir).bounds(segment)[1]
+    return Template(data_dir, {s: events(data_dir, s) for s in SEGMENTS}, points, ends)
+
+
+@pytest.fixture(scope="module", params=["clean stop", "SIGKILL"])
+def template(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Template:
     data_dir = tmp_path_factory.mktemp("v2") / "data"
-    asyncio.run(_fill(data_dir))
-    return data_dir
+    if request.param == "clean stop":
+        async def fill_and_stop() -> None:
+            store = await SegmentStore.open(filled_store.config(str(data_dir)))
+            try:
+                await filled_store.fill(store)
+            finally:
+                await store.close()
+
+        asyncio.run(fill_and_stop())
+        made = _template(data_dir)
+        assert made.points == {s: (list_chunk_bases(data_dir / SEGMENTS_DIR / s)[-1], made.ends[s]) for s in SEGMENTS}
+        return made
+    child = subprocess.Popen([sys.executable, "-m", "tests.store.filled_store", str(data_dir)], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"FILLED\n", child.stderr
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    made = _template(data_dir)
+    assert any(made.points[s][1] < made.ends[s] for s in SEGMENTS)  # groups above the recovery point: a crash's
+    return made
 
 
 def chunk_files(data_dir: Path) -> list[Path]:
@@ -89,9 +113,9 @@ def chunk_files(data_dir: Path) -> list[Path]:
     return out
 
 
-def test_the_template_holds_several_v2_chunks_per_segment(template: Path) -> None:
+def test_the_template_holds_several_v2_chunks_per_segment(template: Template) -> None:
     for segment in SEGMENTS:
-        seg_dir = template / SEGMENTS_DIR / segment
+        seg_dir = template.data_dir / SEGMENTS_DIR / segment
         bases = list_chunk_bases(seg_dir)
         assert len(bases) >= 2, segment
         for base, nxt in zip(bases, bases[1:] + [None], strict=True):
@@ -112,37 +136,33 @@ def _damage(path: Path, position: int, replacement: bytes | None, bit: int) -> N
     path.write_bytes(bytes(data))
 
 
-def damaged_copy(template: Path, tmp: Path, hit: tuple[int, int, bytes | None, int]) -> tuple[Path, Path, tuple[int, int]]:
-    """A copy of the template with one chunk file damaged as `hit` says: (data dir, the file, the segment
-    offsets damaged)."""
+@dataclass(frozen=True)
+class Damaged:
+    data_dir: Path
+    path: Path
+    segment: str
+    start: int  # the segment offsets whose bytes changed (none: the replacement was what was there)
+    end: int
+
+
+def damaged_copy(template: Template, tmp: Path, hit: tuple[int, int, bytes | None, int]) -> Damaged:
+    """A copy of the template with one chunk file damaged as `hit` says, at a position below its segment's
+    recovery point."""
     data_dir = tmp / "data"
-    shutil.copytree(template, data_dir)
+    shutil.copytree(template.data_dir, data_dir)
     files = chunk_files(data_dir)
     which, where, replacement, bit = hit
     path = files[which % len(files)]
-    position = where % path.stat().st_size
-    _damage(path, position, replacement, bit)
     base = int(path.stem)
-    return data_dir, path, (base + position, base + position + len(replacement or b"x"))
-
-
-def _last_group(data_dir: Path, segment: str) -> tuple[int, int]:
-    """The byte range of a segment's last commit group: a flip there is a torn write to any reader."""
-    seg_dir = data_dir / SEGMENTS_DIR / segment
-    base = list_chunk_bases(seg_dir)[-1]
-    layout = walk_chunk(chunk_path(seg_dir, base).read_bytes(), base)
-    return (layout.groups[-1], layout.end) if layout.groups else (base, base + CHUNK_HEADER_SIZE)
-
-
-def group_starts(data_dir: Path) -> dict[str, list[int]]:
-    """Where each commit group of each segment starts (the chunk header's offset stands for a chunk's head)."""
-    out: dict[str, list[int]] = {}
-    for segment in SEGMENTS:
-        seg_dir = data_dir / SEGMENTS_DIR / segment
-        out[segment] = []
-        for base in list_chunk_bases(seg_dir):
-            out[segment] += [base] + walk_chunk(chunk_path(seg_dir, base).read_bytes(), base).groups
-    return out
+    point_base, point = template.points[path.parent.name]
+    below = point - base if base == point_base else path.stat().st_size
+    position = where % below
+    before = path.read_bytes()
+    _damage(path, position, replacement, bit)
+    after = path.read_bytes()
+    changed = [i for i in range(len(before)) if before[i] != after[i]]
+    start, end = (base + changed[0], base + changed[-1] + 1) if changed else (0, 0)
+    return Damaged(data_dir, path, path.parent.name, start, end)
 
 
 damage = st.tuples(st.integers(0, 10**6), st.integers(0, 10**6),
@@ -150,75 +170,88 @@ damage = st.tuples(st.integers(0, 10**6), st.integers(0, 10**6),
                    st.integers(0, 7))
 
 
-def _check(original: dict[str, list[tuple[int, bytes]]], got: list[tuple[int, bytes]], error: CorruptData | None,
-           segment: str, damaged: tuple[int, int] | None, last: tuple[int, int],
-           groups_of: dict[str, list[int]]) -> None:
-    expected = dict(original[segment])
+def _check(template: Template, got: list[tuple[int, bytes]], error: CorruptData | None, segment: str,
+           damaged: Damaged) -> None:
+    """Never a changed event; an event missing only inside a range reported as corrupt; damage below the
+    recovery point always reported. Above it (a crash's last groups, which damage reaching past the point may
+    hit) an acknowledged group that fails is a torn write to any reader: cut, the remaining window."""
+    expected = dict(template.events[segment])
     for offset, body in got:
         assert expected.get(offset) == body, f"{segment}: a changed event at {offset}"
-    missing = [offset for offset, _ in original[segment] if offset not in dict(got)]
+    hit = damaged.segment == segment and damaged.end > damaged.start
+    if hit:
+        assert error is not None, f"{segment}: damage at {damaged.start}..{damaged.end} below the recovery point " \
+                                  f"{template.points[segment][1]} not reported"
+    missing = [offset for offset, _ in template.events[segment] if offset not in dict(got)]
     if not missing:
         return
-    if error is not None:
-        assert error.name == segment and error.start <= min(missing) and str(error.path).endswith(".log")
-        return
-    # nothing reported: damage that reaches the segment's last group reads as a write a crash tore, from
-    # the first group it touches (the documented limit: nothing after it tells the two apart)
-    assert damaged is not None and damaged[0] < last[1] and last[0] < damaged[1], (segment, missing, damaged)
-    first_damaged_group = max(g for g in groups_of[segment] if g <= max(damaged[0], groups_of[segment][0]))
-    assert all(offset >= first_damaged_group for offset in missing), (segment, missing, damaged)
+    assert error is not None, (segment, missing)
+    assert error.name == segment and error.start <= min(missing) and str(error.path).endswith(".log")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def _read_directory(data_dir: Path, name: str) -> tuple[list[tuple[int, bytes]], CorruptData | None]:
+    got: list[tuple[int, bytes]] = []
+    try:
+        for _, offset, body in DirectoryReader(data_dir).follow(name):
+            got.append((offset, bytes(body)))
+    except CorruptData as e:
+        return got, e
+    return got, None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(damage)
-def test_a_directory_reader_never_hands_out_a_changed_event(template: Path, hit: tuple[int, int, bytes | None, int]) -> None:
-    original = {s: events(template, s) for s in SEGMENTS}
+def test_a_directory_reader_and_verify_report_any_damage_below_the_recovery_point(
+        template: Template, hit: tuple[int, int, bytes | None, int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir, path, damaged_range = damaged_copy(template, Path(tmp), hit)
+        damaged = damaged_copy(template, Path(tmp), hit)
         for name in SEGMENTS:
-            error = None
-            got: list[tuple[int, bytes]] = []
-            try:
-                for _, offset, body in DirectoryReader(data_dir).follow(name):
-                    got.append((offset, bytes(body)))
-            except CorruptData as e:
-                error = e
-            damaged = damaged_range if name == path.parent.name else None
-            _check(original, got, error, name, damaged, _last_group(template, name), group_starts(template))
+            got, error = _read_directory(damaged.data_dir, name)
+            _check(template, got, error, name, damaged)
+            report = verify_segment(damaged.data_dir, name)
+            assert bool(report.bad) == (name == damaged.segment and damaged.end > damaged.start), (name, report.bad)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(damage)
-def test_the_store_never_hands_out_a_changed_event_after_it_recovers(
-        template: Path, hit: tuple[int, int, bytes | None, int]) -> None:
-    original = {s: events(template, s) for s in SEGMENTS}
+def test_the_hub_starts_serves_the_rest_and_cuts_nothing_below_the_recovery_point(
+        template: Template, hit: tuple[int, int, bytes | None, int]) -> None:
+    """The store opens the damaged directory, serves what is sound, keeps the damaged range (quarantined: still
+    reported after appends and another restart), and its exactly-once state takes nothing from the range."""
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir, path, damaged_range = damaged_copy(template, Path(tmp), hit)
+        damaged = damaged_copy(template, Path(tmp), hit)
+        config = filled_store.config(str(damaged.data_dir))
 
-        async def read_all() -> None:
-            store = await SegmentStore.open(StoreConfig(data_dir=str(data_dir), chunk_size=600, max_frame_size=512))
+        async def open_read_append() -> None:
+            store = await SegmentStore.open(config)
             try:
                 for name in SEGMENTS:
-                    error = None
                     got: list[tuple[int, bytes]] = []
+                    error = None
                     try:
                         await store_events(store, name, got)
                     except CorruptData as e:
                         error = e
-                    if error is None and name == path.parent.name:
-                        # the reads stopped short only where the store says the data ends
-                        assert store.info(name).end_offset <= original[name][-1][0] + len(original[name][-1][1]) + 8
-                    damaged = damaged_range if name == path.parent.name else None
-                    _check(original, got, error, name, damaged, _last_group(template, name), group_starts(template))
+                    _check(template, [g for g in got if g[1] != b"after the damage"], error, name, damaged)
+                    assert store.info(name).end_offset >= template.points[name][1]  # nothing cut below the point
+                    if name != damaged.segment:
+                        assert store.info(name).end_offset == template.ends[name]
+                await store.append(damaged.segment, [b"after the damage"])
             finally:
                 await store.close()
 
-        asyncio.run(read_all())
+        asyncio.run(open_read_append())
+        for _ in range(2):  # reopened (after appends) the range is still there, and reported
+            asyncio.run(open_read_append())
+            got, error = _read_directory(damaged.data_dir, damaged.segment)
+            _check(template, [g for g in got if g[1] != b"after the damage"], error, damaged.segment, damaged)
+            assert error is not None or got[-1][1] == b"after the damage"
+            assert bool(verify_segment(damaged.data_dir, damaged.segment).bad) == (damaged.end > damaged.start)
 
 
-def test_verify_names_a_flipped_bit_and_exits_1(template: Path, tmp_path: Path) -> None:
+def test_verify_names_a_flipped_bit_and_exits_1(template: Template, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    shutil.copytree(template, data_dir)
+    shutil.copytree(template.data_dir, data_dir)
     seg_dir = data_dir / SEGMENTS_DIR / "forward"
     base = list_chunk_bases(seg_dir)[0]
     path = chunk_path(seg_dir, base)
@@ -241,8 +274,8 @@ def test_verify_names_a_flipped_bit_and_exits_1(template: Path, tmp_path: Path) 
     assert len(cat.stdout.splitlines()) == 1  # the first group's event, then the error
 
 
-def test_verify_passes_a_sound_directory(template: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "logport.cli", "verify", "--data-dir", str(template)],
+def test_verify_passes_a_sound_directory(template: Template) -> None:
+    run = subprocess.run([sys.executable, "-m", "logport.cli", "verify", "--data-dir", str(template.data_dir)],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert sorted(line.split(":")[0] for line in run.stdout.splitlines()) == sorted(SEGMENTS)
@@ -250,6 +283,7 @@ def test_verify_passes_a_sound_directory(template: Path) -> None:
 
 
 def test_verify_refuses_a_directory_that_is_not_a_data_directory(tmp_path: Path) -> None:
+    (tmp_path / "nope").mkdir()
     run = subprocess.run([sys.executable, "-m", "logport.cli", "verify", "--data-dir", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "not a logport data directory" in run.stderr

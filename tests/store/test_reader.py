@@ -22,6 +22,7 @@ from logport.store import SegmentStore, WriterCondition, frames
 from logport.store.files import chunk_path, list_chunk_bases
 from logport.store.groups import CHUNK_HEADER_SIZE, COMMIT_SIZE, commit_frame, walk_chunk
 from logport.store.reader import DirectoryReader, count_events
+from tests.support import as_after_a_crash
 
 
 @pytest.mark.parametrize(("body", "events"), [
@@ -38,7 +39,9 @@ def test_count_events(body: bytes, events: int) -> None:
 
 
 async def write(cfg: StoreConfig, appends: list[tuple[list[bytes], bool]]) -> list[int]:
-    """Append each (bodies, with a writer); the segment's end after each."""
+    """Append each (bodies, with a writer); the segment's end after each. The last chunk's recovery point is
+    then dropped, as a crash before the hub recorded one leaves it: the tests tear or rewrite its tail as a
+    crash, or a hub undoing a write, would."""
     store = await SegmentStore.open(cfg)
     ends = []
     try:
@@ -47,6 +50,7 @@ async def write(cfg: StoreConfig, appends: list[tuple[list[bytes], bool]]) -> li
             ends.append((await store.append("s", bodies, writer=writer)).end_offset)
     finally:
         await store.close()
+    as_after_a_crash(Path(cfg.data_dir) / "segments" / "s")
     return ends
 
 
@@ -80,7 +84,8 @@ def test_a_torn_multi_frame_append_is_not_read_before_recovery_cuts_it(tmp_path:
         assert reader.bounds("s") == (0, first, False)
         assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a"]
         assert DirectoryReader(tmp_path).describe("s") == {
-            "segment": "s", "start_offset": 0, "end_offset": first, "bytes": first, "events": 1, "sealed": False}
+            "segment": "s", "start_offset": 0, "end_offset": first, "bytes": first, "events": 1, "sealed": False,
+            "corrupt": [], "given_up": []}
     path.write_bytes(whole)  # the rest of the append arrives
     assert reader.bounds("s")[1] == last
     assert [bytes(b) for _, b in reader.iter_events("s")] == [b"a", b"b" * 10, b"c" * 10, b"d" * 10]

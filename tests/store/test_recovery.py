@@ -30,6 +30,7 @@ from logport.store.groups import (
     walk_chunk,
 )
 from logport.store.reader import DirectoryReader
+from tests.support import as_after_a_crash
 
 
 async def _events(store: SegmentStore, name: str) -> list[bytes]:
@@ -55,6 +56,7 @@ async def _write(cfg: StoreConfig, appends: list[tuple[list[bytes], bool]]) -> l
         r = await store.append("s", bodies, writer=writer)
         spans.append((before, r.end_offset))
     await store.close()
+    as_after_a_crash(Path(cfg.data_dir) / "segments" / "s")  # the tests tear the tail as a crash would
     return spans
 
 
@@ -104,6 +106,7 @@ def test_torn_last_append_is_cut_at_every_byte_position(appends: list[tuple[list
             zeros = pristine[:cut] + bytes(last_end - cut)
             torn = zeros if cut % 2 == 0 and zeros != pristine else pristine[:cut]
             path.write_bytes(torn)
+            as_after_a_crash(seg_dir)  # the reopen before stopped cleanly: its recovery point covers the tail
             events, end, writer = asyncio.run(_reopen(cfg, append=b"next"))
             # an incomplete append leaves nothing of itself: not its frames, not its writer offset
             assert end == last_start
@@ -113,6 +116,7 @@ def test_torn_last_append_is_cut_at_every_byte_position(appends: list[tuple[list
             # the torn bytes are never read: the next append went where the segment ended, over them
             assert _read_back(root / "data") == [*kept_bodies, b"next"]
         path.write_bytes(pristine)
+        as_after_a_crash(seg_dir)
         events, end, writer = asyncio.run(_reopen(cfg))
         assert events == kept_bodies + appends[-1][0]
         assert end == last_end

@@ -7,24 +7,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import itertools
 import logging
 import math
 import os
 import random
 import socket
 import ssl
-import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from logport.batch import pack_entries
 from logport.clients import flags
-from logport.clients.lines import Acknowledged, record_from_line
+from logport.clients.lines import count, record_from_line
+from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import skip_acknowledged as resume
 from logport.config import parse_server_address
-from logport.errors import AuthenticationError, LogportError, ProtocolError, failure_reason
+from logport.errors import (
+    AuthenticationError,
+    ConfigError,
+    LogportError,
+    ProtocolError,
+    failure_reason,
+)
 from logport.protocols import forward as fp
 
 log = logging.getLogger("logport.forward.client")
@@ -33,7 +42,12 @@ Mode = fp.Mode
 
 
 class SendFailed(LogportError):
-    """No server acknowledged a chunk within the retries."""
+    """No server acknowledged a chunk within the retries; `connected`: one of them took a connection (and may
+    have stored the chunk without acknowledging it)."""
+
+    def __init__(self, message: str, *, connected: bool = True) -> None:
+        super().__init__(message)
+        self.connected = connected
 
 
 @dataclass
@@ -61,7 +75,7 @@ class SenderConfig:
     require_ack: bool = True
     ack_timeout: float = 30.0
     connect_timeout: float = 10.0
-    retries: int = 5  # attempts per chunk, each on the next healthy server
+    retries: int | None = 5  # attempts per chunk, each on the next healthy server (None: as retry_for allows)
     retry_for: float | None = None  # and no new attempt once a chunk has been tried for this long
     retry_wait: float = 0.5  # doubles per attempt, at most 30 s
     recover_wait: float = 10.0  # a server that failed is not chosen again for this long (unless all failed)
@@ -78,6 +92,7 @@ class SenderConfig:
     phi_threshold: float = 16.0  # failure detector: a server is down above this phi
     hard_timeout: float = 60.0  # and in any case when no heartbeat came for this long
     salt: str | None = None  # PING salt; None = random per connection (fixed only to replay recordings)
+    waiting: Callable[[str, str], None] | None = None  # told (server, reason) of each attempt that failed
 
 
 class FailureDetector:
@@ -399,18 +414,23 @@ class ForwardSender:
         last = "the sender was closed"
         began = time.monotonic()
         attempts = 0
-        for attempt in range(max(cfg.retries, 1)):
-            if self._closed:
+        connected = False
+        for attempt in itertools.count():
+            if self._closed or (cfg.retries is not None and attempt >= max(cfg.retries, 1)):
                 break
             wait = min(cfg.retry_wait * 2 ** (attempt - 1), 30) * (attempt > 1)  # failover to the next: at once
-            if attempt and cfg.retry_for is not None and time.monotonic() + wait - began > cfg.retry_for:
-                break
+            if attempt and cfg.retry_for is not None:
+                left = began + cfg.retry_for - time.monotonic()
+                if left <= 0:
+                    break
+                wait = min(wait, left)  # the last attempt comes when the time is up, not before
             await asyncio.sleep(wait)
             server = self.choose(tried if len(tried) < len(cfg.servers) else set())
             tried.add(id(server))
             attempts += 1
             try:
                 link = await self._link(server)
+                connected = True
                 await link.send(messages)
                 if not cfg.keepalive:
                     link.close()
@@ -424,12 +444,14 @@ class ForwardSender:
                 # each attempt is info: the caller reports the chunk's failure (SendFailed) once
                 log.info("send to %s failed, retrying: %s", server, last,
                          extra={"peer": str(server), "attempt": attempt + 1})
+                if cfg.waiting is not None:
+                    cfg.waiting(str(server), failure_reason(e) if str(e) else "no answer within the connect timeout")
                 self.down_until[id(server)] = time.monotonic() + cfg.recover_wait
                 stale = self.links.pop(id(server), None)
                 if stale is not None:
                     stale.close()
         raise SendFailed(f"no server acknowledged the batch after {attempts} attempt{'s' if attempts != 1 else ''}"
-                         f" in {time.monotonic() - began:.1f} s; the last: {last}")
+                         f" in {time.monotonic() - began:.1f} s; the last: {last}", connected=connected)
 
     # --- heartbeats feeding the failure detector ---
 
@@ -477,8 +499,7 @@ class ForwardSender:
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Read JSON lines from stdin and send them as Forward events. A line is a record, or "
                           '{"tag": ..., "time": seconds (float ok) or "time_ns": int, "record": {...}}.')
-    parser.add_argument("--server", action="append", default=[], metavar="HOST:PORT[:WEIGHT]",
-                        help=f"a server (repeatable; default: {ServerAddress()})")
+    flags.add_server_argument(parser, str(ServerAddress()), repeatable=True, metavar="HOST:PORT[:WEIGHT]")
     parser.add_argument("--standby", action="append", default=[], metavar="HOST:PORT",
                         help="a standby server, used when no other is healthy (repeatable)")
     parser.add_argument("--tag", default="logport.send", help="tag for lines without one")
@@ -486,10 +507,12 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
                         default="PackedForward", help="carrier mode")
     parser.add_argument("--compress", choices=["gzip", "zstd"], default="",
                         help="compress each chunk (CompressedPackedForward)")
-    parser.add_argument("--batch", type=int, default=1000, help="events per chunk")
+    parser.add_argument("--batch", type=int, default=1000, help="lines per chunk")
+    flags.add_stream_arguments(parser)
     parser.add_argument("--no-ack", action="store_true", help="do not ask for acks")
     parser.add_argument("--ack-timeout", type=float, default=30.0, help="seconds to wait for a chunk's ack")
-    parser.add_argument("--retries", type=int, default=5, help="attempts per chunk before giving up")
+    parser.add_argument("--retries", type=int, default=None,
+                        help="at most this many attempts per chunk (default: as many as --timeout allows)")
     flags.add_timeout_argument(parser, "no server acknowledged a chunk")
     parser.add_argument("--shared-key", default="", help="the server's shared_key (the handshake)")
     parser.add_argument("--username", default="", help="user for the handshake")
@@ -500,14 +523,23 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how to tell a server is up between sends")
 
 
-def sender_config(args: argparse.Namespace) -> SenderConfig:
-    servers = [ServerAddress.parse(s) for s in args.server] or [ServerAddress()]
-    servers += [ServerAddress.parse(s, standby=True) for s in args.standby]
+def _address(text: str, *, standby: bool = False) -> ServerAddress:
+    try:
+        return ServerAddress.parse(text, standby=standby)
+    except ValueError:
+        flag = "--standby" if standby else "--server"
+        raise ConfigError(f"{flag} {text!r} is not HOST:PORT (or HOST:PORT:WEIGHT)") from None
+
+
+def sender_config(args: argparse.Namespace, waiting: Callable[[str, str], None] | None = None) -> SenderConfig:
+    servers = [_address(s) for s in flags.server_list(args, str(ServerAddress()))]
+    servers += [_address(s, standby=True) for s in args.standby]
     compress = args.compress or ("gzip" if args.mode == "CompressedPackedForward" else "")
     return SenderConfig(servers=servers, mode=fp.Mode(args.mode), compress=compress, require_ack=not args.no_ack,
                         ack_timeout=args.ack_timeout, retries=args.retries, retry_for=flags.retry_for(args),
                         shared_key=args.shared_key, username=args.username, password=args.password,
-                        hostname=args.hostname, tls=flags.tls_context(args), heartbeat=args.heartbeat)
+                        hostname=args.hostname, tls=flags.tls_context(args), heartbeat=args.heartbeat,
+                        waiting=waiting)
 
 
 def parse_line(line: bytes | str, default_tag: str) -> tuple[str, int, int, Any]:
@@ -530,39 +562,44 @@ def parse_line(line: bytes | str, default_tag: str) -> tuple[str, int, int, Any]
     return default_tag, seconds, nanos, obj
 
 
-async def send_lines(args: argparse.Namespace, lines: Iterable[bytes | str], progress: Acknowledged) -> None:
-    config = sender_config(args)
+def tag_runs(lines: list[bytes], default_tag: str, first_number: int) -> list[tuple[str, list[tuple[int, int, Any]]]]:
+    """The events of `lines` (blank ones skipped) as runs of one tag, in input order: chunks sent in this order
+    keep what the server acknowledged a prefix of the input, which is what a resume skips."""
+    runs: list[tuple[str, list[tuple[int, int, Any]]]] = []
+    for number, line in enumerate(lines, first_number):
+        if not line.strip():
+            continue
+        try:
+            tag, seconds, nanos, record = parse_line(line, default_tag)
+        except (ValueError, TypeError, OverflowError) as e:  # an envelope whose time is not a number
+            raise SendFailed(f"line {number}: {e}") from e
+        if not runs or runs[-1][0] != tag:
+            runs.append((tag, []))
+        runs[-1][1].append((seconds, nanos, record))
+    return runs
+
+
+async def send_lines(args: argparse.Namespace, config: SenderConfig, source: SenderInput,
+                     progress: SendProgress) -> str:
+    """Each batch of lines as one chunk per run of a tag, all written before their acks are awaited."""
+    events = 0
     async with ForwardSender(config) as sender:
-        pending: dict[str, list[tuple[int, int, Any]]] = {}
-
-        async def flush(tag: str) -> None:
-            events = pending.pop(tag, [])
-            if events:
-                await sender.send(tag, events)
-                progress.events += len(events)
-
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                tag, seconds, nanos, record = parse_line(line, args.tag)
-            except (ValueError, TypeError, OverflowError) as e:  # an envelope whose time is not a number
-                raise SendFailed(f"line {number}: {e}; nothing after it was sent") from e
-            pending.setdefault(tag, []).append((seconds, nanos, record))
-            if len(pending[tag]) >= args.batch:
-                await flush(tag)
-        for tag in list(pending):
-            await flush(tag)
+        async for batch in source.batches(args.batch):
+            first = progress.skipped + progress.read - len(batch) + 1
+            messages = []
+            for tag, run in tag_runs(batch, args.tag, first):
+                messages += sender.messages(tag, pack_entries(run), len(run))
+                events += len(run)
+            progress.sent += len(batch)
+            if messages:
+                await sender.send_messages(messages)
+            progress.acked += len(batch)
+    return f"sent {count(events)}, {'none acknowledged (--no-ack)' if args.no_ack else 'all acknowledged'}"
 
 
 def send_main(args: argparse.Namespace) -> int:
-    progress = Acknowledged()
-    what = "sent (no acks asked)" if args.no_ack else "acknowledged"
-    try:
-        asyncio.run(send_lines(args, sys.stdin.buffer, progress))
-    except (SendFailed, LogportError, OSError) as e:
-        print(f"logport send forward: {e}; {progress} {what} before that", file=sys.stderr)
-        return 1
-    print(f"sent {progress}, {'none acknowledged (--no-ack)' if args.no_ack else 'all acknowledged'}",
-          file=sys.stderr)
-    return 0
+    def sender() -> Sender:
+        config = sender_config(args, Waiting("logport send forward", flags.retry_for(args)))
+        return Sender("logport send forward", partial(send_lines, args, config), resume)
+
+    return run_sender(sender, args)

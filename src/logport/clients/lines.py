@@ -1,8 +1,7 @@
-"""What every `logport send` does with a line of stdin, and how it reports what was acknowledged."""
+"""What every `logport send` does with a line of stdin, and how it counts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,13 +21,3 @@ def record_from_line(line: bytes | str) -> Any:
 def count(n: int, noun: str = "event") -> str:
     """`1 event`, `2 events`."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
-
-
-@dataclass
-class Acknowledged:
-    """Events the server acknowledged so far: what a sender reports, also when it fails part-way."""
-
-    events: int = 0
-
-    def __str__(self) -> str:
-        return count(self.events)

@@ -13,16 +13,18 @@ import argparse
 import asyncio
 import logging
 import ssl
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
 
 from logport.clients import flags
-from logport.clients.lines import Acknowledged, record_from_line
+from logport.clients.lines import count, record_from_line
+from logport.clients.stream import Sender, SenderInput, SendProgress, Waiting, run_sender
+from logport.clients.stream import skip_acknowledged as resume
 from logport.errors import LogportError, ServerUnavailable, failure_reason
 from logport.protocols._receivebuffer import NEED_DATA
 from logport.protocols.lumberjack import (
@@ -122,7 +124,8 @@ class LumberjackClient:
     def __init__(self, host: str, port: int, *, version: int = 2, window_size: int = 2048,
                  compression_level: int = 3, windows_in_flight: int = 2, ack_timeout: float = 30.0,
                  ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None,
-                 reconnect_delay: float = 1.0, retry_for: float | None = None) -> None:
+                 reconnect_delay: float = 1.0, retry_for: float | None = None,
+                 waiting: Callable[[str, str], None] | None = None) -> None:
         self.host = host
         self.port = port
         self.version = V1 if version in (1, V1) else V2
@@ -134,6 +137,7 @@ class LumberjackClient:
         self.server_hostname = server_hostname
         self.reconnect_delay = reconnect_delay
         self.retry_for = retry_for
+        self.waiting = waiting  # told (server, reason) of each connect that failed
         self.peer = f"{host}:{port}"
         self.inflight: deque[PendingWindow] = deque()  # sent (or to resend), oldest first
         self.connects = 0
@@ -275,6 +279,8 @@ class LumberjackClient:
                 # each attempt is info: the outage is reported once (below, or as the error of giving up)
                 log.info(f"connecting to {self.peer} failed: {reason}; retrying in {delay:g} s",
                          extra={"peer": self.peer, "error": reason, "retry_in": delay})
+                if self.waiting is not None:
+                    self.waiting(self.peer, reason)
                 await asyncio.sleep(self._capped(delay, failing_since))
                 delay = min(delay * 2, MAX_RECONNECT_DELAY)
                 continue
@@ -338,12 +344,13 @@ class LumberjackClient:
                 return True
 
 
-def client_from_args(args: argparse.Namespace) -> LumberjackClient:
-    host, port = flags.server_address(args, DEFAULT_PORT)
+def client_from_args(args: argparse.Namespace, waiting: Callable[[str, str], None] | None = None) -> LumberjackClient:
+    host, port = flags.server_address(args, f"127.0.0.1:{DEFAULT_PORT}")
     return LumberjackClient(
         host, port, version=args.protocol_version, window_size=args.window_size,
         compression_level=args.compression_level, windows_in_flight=args.windows_in_flight,
         ack_timeout=args.ack_timeout, ssl_context=flags.tls_context(args), retry_for=flags.retry_for(args),
+        waiting=waiting,
     )
 
 
@@ -353,55 +360,47 @@ def client_from_args(args: argparse.Namespace) -> LumberjackClient:
 def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Send JSON lines from stdin as Beats events (one JSON object per line; "
                           "other lines are sent as {\"message\": line}). Exits once all are acknowledged.")
-    flags.add_server_argument(parser, f"127.0.0.1:{DEFAULT_PORT}", host_port_aliases=True)
+    flags.add_server_argument(parser, f"127.0.0.1:{DEFAULT_PORT}")
     parser.add_argument("--protocol-version", type=int, choices=(1, 2), default=2,
                         help="2: J frames (Beats); 1: D frames, values sent as strings")
-    parser.add_argument("--window-size", type=int, default=2048, help="events per window")
+    parser.add_argument("--window-size", type=int, default=2048, help="lines per window")
+    flags.add_stream_arguments(parser)
     parser.add_argument("--compression-level", type=int, default=3, choices=range(10), metavar="0-9",
                         help="zlib level; 0 sends frames uncompressed")
     parser.add_argument("--windows-in-flight", type=int, default=2, help="windows sent before the first ack")
     parser.add_argument("--ack-timeout", type=float, default=30.0,
                         help="seconds without an ack (keep-alives count) before reconnecting")
     flags.add_timeout_argument(parser, "the server cannot be reached, or acknowledges nothing,")
-    flags.add_tls_arguments(parser, insecure_alias="--tls-no-verify")
+    flags.add_tls_arguments(parser)
 
 
-async def send_lines(args: argparse.Namespace, lines: Any, acked: Acknowledged) -> None:
-    """Send stdin's lines as windows, counting the events of each window acknowledged in `acked`."""
-    client = client_from_args(args)
+async def send_lines(client: LumberjackClient, source: SenderInput, progress: SendProgress) -> str:
+    """Each batch of stdin's lines as a window, pipelined; windows are acknowledged in order, so the lines
+    acknowledged are always the input's first ones."""
 
-    def count_ack(n: int) -> Callable[[asyncio.Future[None]], None]:
+    def count_ack(lines: int) -> Callable[[asyncio.Future[None]], None]:
         def acknowledged(future: asyncio.Future[None]) -> None:
             if not future.cancelled() and future.exception() is None:
-                acked.events += n
+                progress.acked += lines
         return acknowledged
 
+    events = 0
     try:
-        batch: list[Any] = []
-        futures = []
-        for raw in lines:
-            line = raw.rstrip(b"\r\n")
-            if not line.strip():
-                continue
-            batch.append(record_from_line(line))
-            if len(batch) >= client.window_size:
-                futures.append(future := await client.send_window(batch))
-                future.add_done_callback(count_ack(len(batch)))
-                batch = []
-        if batch:
-            futures.append(future := await client.send_window(batch))
-            future.add_done_callback(count_ack(len(batch)))
-        await asyncio.gather(*futures)
+        async for batch in source.batches(client.window_size):
+            records = [record_from_line(line) for line in batch if line.strip()]
+            window = await client.send_window(records)
+            progress.sent += len(batch)
+            window.add_done_callback(count_ack(len(batch)))
+            events += len(records)
+        await client.flush()
     finally:
         await client.close()
+    return f"sent {count(events)}, all acknowledged"
 
 
 def send_main(args: argparse.Namespace) -> int:
-    acked = Acknowledged()
-    try:
-        asyncio.run(send_lines(args, sys.stdin.buffer, acked))
-    except (LogportError, OSError) as e:
-        print(f"logport send lumberjack: {e}; {acked} acknowledged", file=sys.stderr)
-        return 1
-    print(f"sent {acked}, all acknowledged", file=sys.stderr)
-    return 0
+    def sender() -> Sender:
+        client = client_from_args(args, Waiting("logport send lumberjack", flags.retry_for(args)))
+        return Sender("logport send lumberjack", partial(send_lines, client), resume)
+
+    return run_sender(sender, args)

@@ -20,6 +20,14 @@ from logport import errors
 from logport.batch import BatchDecodeError, Entry, decode_batch
 from logport.clients import flags
 from logport.clients.lines import count as events
+from logport.clients.stream import (
+    InputDoesNotFit,
+    Sender,
+    SenderInput,
+    SendProgress,
+    Waiting,
+    run_sender,
+)
 from logport.eventjson import write_events
 from logport.protocols import segment as sp
 from logport.store import frames
@@ -87,11 +95,7 @@ class AcknowledgedDataLost(errors.LogportError):
     """The server's ack level went backwards: data it had acknowledged is gone (fsync off, disk lost)."""
 
 
-class SendStopped(errors.LogportError):
-    """`logport send segment` gave up part-way: the same input with the same --connection-id appends the rest."""
-
-
-class InputDoesNotResume(errors.LogportError):
+class InputDoesNotResume(InputDoesNotFit):
     """`logport send segment --connection-id`: the input does not line up with what the server stored for the id."""
 
 
@@ -108,7 +112,8 @@ def reply_error(reply: sp.Message) -> errors.LogportError:
     if isinstance(reply, sp.AuthenticationFailed):
         return errors.AuthenticationError(f"segment server: {reply.message}")
     if isinstance(reply, sp.OperationFailed):  # a read of corrupt data on the hub names its range
-        corrupt = errors.CorruptData.from_message(reply.segment, reply.message)
+        corrupt = (errors.DataGivenUp.from_message(reply.segment, reply.message)
+                   or errors.CorruptData.from_message(reply.segment, reply.message))
         if corrupt is not None:
             return corrupt
     return SegmentRequestFailed(reply)
@@ -525,7 +530,7 @@ class SegmentAppender:
                  ssl: ssl_module.SSLContext | None = None, token: str = "", block_size: int = 1024 * 1024,
                  linger: float = 0.001, max_unacked_bytes: int = 64 * 1024 * 1024,
                  connect_timeout: float = 10.0, reconnect_delay: float = 0.05, max_reconnect_delay: float = 2.0,
-                 retry_for: float = 300.0) -> None:
+                 retry_for: float = 300.0, waiting: Callable[[str, str], None] | None = None) -> None:
         self.host, self.port, self.segment = host, port, segment
         self.connection_id = connection_id or uuid.uuid4()
         self.ssl, self.token = ssl, token
@@ -535,6 +540,7 @@ class SegmentAppender:
         self.connect_timeout = connect_timeout
         self.reconnect_delay, self.max_reconnect_delay = reconnect_delay, max_reconnect_delay
         self.retry_for = retry_for  # give up after failing to connect for this long
+        self.waiting = waiting  # told (server, reason) of each attempt to set up that failed
         self.ack_level: int | None = None  # the server's, once known
         self.reconnects = 0
         self.retransmitted_bytes = 0  # sent again after a reconnect (the server stores none of it twice)
@@ -565,8 +571,9 @@ class SegmentAppender:
     async def __aenter__(self) -> SegmentAppender:
         return await self.start()
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # on an error or a cancellation nothing more is waited for: what is unacknowledged stays so
+        await self.close(flush=exc_type is None)
 
     @property
     def next_offset(self) -> int | None:
@@ -667,6 +674,8 @@ class SegmentAppender:
                 else:
                     log.info(f"segment server {self.peer}: {reason}; retrying",
                              extra={"peer": self.peer, "error": reason})
+                    if self.waiting is not None and not self._set_up:
+                        self.waiting(self.peer, reason)
                 # SegmentRequestFailed is OperationFailed: a write failure or a store shutting down, worth a retry
                 refused = self._set_up and isinstance(e, SegmentRequestFailed) and self.ack_level == self._setup_level
                 if self._set_up and not refused:  # that session worked: start the back-off afresh
@@ -849,8 +858,13 @@ class SegmentReader:
         self._replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
 
     async def connect(self) -> SegmentReader:
-        self._replies = asyncio.Queue()
-        self._protocol = await _connect(self.host, self.port, self._replies.put_nowait, self._lost, ssl=self.ssl,
+        replies: asyncio.Queue[sp.Message | BaseException] = asyncio.Queue()
+        self._replies = replies
+
+        def lost(exc: BaseException) -> None:  # into this connection's queue: a closed one's loss comes late
+            replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
+
+        self._protocol = await _connect(self.host, self.port, replies.put_nowait, lost, ssl=self.ssl,
                                         timeout=self.connect_timeout)
         if self.token:
             reply = await self._request(sp.Authenticate(self.token))
@@ -863,9 +877,6 @@ class SegmentReader:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _lost(self, exc: BaseException) -> None:
-        self._replies.put_nowait(exc if isinstance(exc, BaseException) else ConnectionError(str(exc)))
 
     async def _receive(self) -> sp.Message:
         while True:
@@ -953,6 +964,9 @@ class SegmentReader:
                     await self._reconnect()
                     stitch.leftover = b""  # read again from the last whole frame
                     continue
+                except errors.DataGivenUp as e:
+                    stitch = await self._skip(e)
+                    continue
                 if stitch.read_at < end and not follow:
                     return
                 continue
@@ -965,6 +979,15 @@ class SegmentReader:
             except (ConnectionError, TimeoutError):
                 await self._reconnect()
                 stitch.leftover = b""
+            except errors.DataGivenUp as e:
+                stitch = await self._skip(e)
+
+    async def _skip(self, given_up: errors.DataGivenUp) -> _FrameStitcher:
+        """A range `logport verify --repair` gave up: said, and read on after it, on a new connection (the
+        reads asked for past it would answer out of step)."""
+        log.warning("%s", given_up)
+        await self._reconnect()
+        return _FrameStitcher(given_up.end)
 
     async def _frames_at_tail(self, segment: str, stitch: _FrameStitcher,
                               wait: float) -> AsyncIterator[list[tuple[int, int, memoryview]]]:
@@ -1046,9 +1069,11 @@ class SegmentReader:
         await self.close()
         await self.connect_retrying(None)
 
-    async def connect_retrying(self, retry_for: float | None) -> SegmentReader:
-        """connect(), again and again (0.2 s apart, then up to 2 s) until it works; after `retry_for` seconds
-        (None: never) ServerUnavailable says why the last attempt failed."""
+    async def connect_retrying(self, retry_for: float | None,
+                               waiting: Callable[[str, str], None] | None = None) -> SegmentReader:
+        """connect(), again and again (0.2 s apart, then up to 2 s) until it works, `waiting` told (server,
+        reason) of each failure; after `retry_for` seconds (None: never) ServerUnavailable says why the last
+        attempt failed."""
         began = time.monotonic()
         delay = 0.2
         while True:
@@ -1060,6 +1085,8 @@ class SegmentReader:
                     reason = errors.failure_reason(e) if str(e) else f"no connection within {self.connect_timeout:g} s"
                     raise errors.ServerUnavailable(f"segment server {self.host}:{self.port}", reason,
                                                    waited=retry_for) from None
+                if waiting is not None:
+                    waiting(f"{self.host}:{self.port}", errors.failure_reason(e) if str(e) else "no connection")
                 await asyncio.sleep(delay if left is None else min(delay, left))
                 delay = min(delay * 2, 2.0)
 
@@ -1130,18 +1157,27 @@ def _check_start(host: str, port: int, segment: str, offset: int, ssl: ssl_modul
 
 async def cat_from_server(server: str, segment: str, offset: int | None, follow: bool, out: IO[str], *,
                           timeout: float | None = flags.DEFAULT_TIMEOUT, ssl: ssl_module.SSLContext | None = None,
-                          say: Callable[[str], None] | None = None) -> int:
+                          say: Callable[[str], None] | None = None, waiting: Waiting | None = None) -> int:
     """`logport cat --server HOST:PORT SEGMENT`: print the events as JSON lines. Connecting is retried for
-    `timeout` seconds (None: for ever); with `follow`, a segment not created yet is waited for (`say` tells so
-    once, on stderr by default)."""
+    `timeout` seconds (None: for ever), `waiting` told of it; with `follow`, a segment not created yet is waited
+    for (`say` tells so once, on stderr by default; `waiting.waiting` is True meanwhile)."""
     host, port = parse_server(server)
     reader = SegmentReader(host, port, ssl=ssl)
-    await reader.connect_retrying(timeout)
+    await reader.connect_retrying(timeout, waiting)
+    if waiting is not None:
+        waiting.over()
     try:
         if follow:
             tell = say or (lambda text: print(text, file=sys.stderr, flush=True))
-            await reader.wait_for_segment(
-                segment, lambda: tell(f"waiting for segment {segment!r} to be created on {host}:{port}"))
+
+            def creating() -> None:
+                if waiting is not None:
+                    waiting.waiting = True
+                tell(f"waiting for segment {segment!r} to be created on {host}:{port} (Ctrl-C to stop)")
+
+            await reader.wait_for_segment(segment, creating)
+            if waiting is not None:
+                waiting.over()
         if offset is not None:
             try:
                 await asyncio.to_thread(_check_start, host, port, segment, offset, ssl)
@@ -1160,62 +1196,97 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_server_argument(parser, f"127.0.0.1:{DEFAULT_PORT}")
     parser.add_argument("--connection-id", type=uuid.UUID, default=None,
                         help="UUID of this appender (default: a new one); re-run with the same id and the same"
-                             " input to resume exactly once after a crash (the lines already stored are skipped)")
+                             " input to resume exactly once after a crash or a stop (the lines already stored are"
+                             " skipped)")
     parser.add_argument("--token", default="", help="the server's segment.token")
-    flags.add_timeout_argument(parser, "the hub cannot be reached, or refuses every block,")
-    flags.add_tls_arguments(parser, ca_alias="--ca", insecure_alias="--insecure")
     parser.add_argument("--block-size", type=int, default=1024 * 1024, help="bytes per append block")
+    flags.add_stream_arguments(parser, skip_lines=False)
+    flags.add_timeout_argument(parser, "the hub cannot be reached, or refuses every block,")
+    flags.add_tls_arguments(parser)
 
 
-async def _send(args: argparse.Namespace, lines: IO[bytes]) -> int:
-    host, port = parse_server(args.server)
-    appender = SegmentAppender(host, port, args.segment, connection_id=args.connection_id,
-                               ssl=flags.tls_context(args), token=args.token, block_size=args.block_size,
-                               retry_for=args.timeout if args.timeout > 0 else float("inf"))
-    try:
-        return await _append_lines(args, appender, lines)
-    except errors.ServerUnavailable as e:
-        if appender.ack_level is None:  # never set up: nothing appended
-            raise
-        raise SendStopped(f"{e}; run it again with --connection-id {appender.connection_id} and the same input"
-                          f" to append the rest exactly once") from None
+class LineAppender:
+    """`logport send segment`: stdin's lines appended with one connection id, skipping the lines the server
+    stored for that id before (a resume), and counting the lines it acknowledged."""
 
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        host, port = flags.server_address(args, f"127.0.0.1:{DEFAULT_PORT}")
+        self.appender = SegmentAppender(
+            host, port, args.segment, connection_id=args.connection_id, ssl=flags.tls_context(args),
+            token=args.token, block_size=args.block_size,
+            retry_for=args.timeout if args.timeout > 0 else float("inf"),
+            waiting=Waiting("logport send segment", flags.retry_for(args)))
+        self.progress: SendProgress | None = None
+        # (connection offset after a batch, lines of the input up to it): the lines an ack level covers
+        self._marks: collections.deque[tuple[int, int]] = collections.deque()
 
-async def _append_lines(args: argparse.Namespace, appender: SegmentAppender, lines: IO[bytes]) -> int:
-    count = skipped = 0
-    async with appender:
-        # a reused connection id: the server holds the events of the input up to its ack level (an earlier run
-        # of this input); they are skipped, as the appender counts them (8-byte header + body), so the rest
-        # continues the connection's offset and nothing is stored twice
-        stored = await appender.initial_ack_level() if args.connection_id is not None else 0
-        offset = 0  # connection offset after the input's lines so far
-        for number, line in enumerate(lines, 1):
-            body = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
+    @property
+    def connection_id(self) -> uuid.UUID:
+        return self.appender.connection_id
+
+    def _count_acked(self) -> None:
+        level, marks, progress = self.appender.ack_level, self._marks, self.progress
+        if level is None or progress is None:
+            return
+        while marks and marks[0][0] <= level:
+            progress.acked = marks.popleft()[1]
+
+    async def send(self, source: SenderInput, progress: SendProgress) -> str:
+        self.progress = progress
+        progress.refresh = self._count_acked
+        appender, segment = self.appender, self.args.segment
+        appended = skipped = 0
+        async with appender:
+            # a reused connection id: the server holds the events of the input up to its ack level (an earlier
+            # run of this input); they are skipped, as the appender counts them (8-byte header + body), so the
+            # rest continues the connection's offset and nothing is stored twice
+            stored = await appender.initial_ack_level() if self.args.connection_id is not None else 0
+            offset = 0  # connection offset after the input's lines so far
+            async for batch in source.batches(1 << 20, self.args.block_size):
+                number = progress.read - len(batch)
+                bodies = []
+                for line in batch:
+                    number += 1
+                    body = line.rstrip(b"\r")
+                    if offset < stored:
+                        start, offset = offset, offset + frames.HEADER_SIZE + len(body)
+                        if offset > stored:
+                            raise InputDoesNotResume(
+                                f"the server's ack level for connection {self.connection_id} on segment {segment!r}"
+                                f" is {stored}, inside line {number} of the input (its event spans connection"
+                                f" offsets {start}..{offset}): this is not the input that connection id sent"
+                                f" before; nothing appended")
+                        skipped += 1
+                        continue
+                    bodies.append(body)
+                    offset += frames.HEADER_SIZE + len(body)
+                if bodies:
+                    await appender.append_many(bodies)
+                    appended += len(bodies)
+                progress.sent = progress.read
+                self._marks.append((offset, progress.read))
+                self._count_acked()
             if offset < stored:
-                start, offset = offset, offset + frames.HEADER_SIZE + len(body)
-                if offset > stored:
-                    raise InputDoesNotResume(
-                        f"the server's ack level for connection {appender.connection_id} on segment"
-                        f" {args.segment!r} is {stored}, inside line {number} of the input (its event spans"
-                        f" connection offsets {start}..{offset}): this is not the input that connection id sent"
-                        f" before; nothing appended")
-                skipped += 1
-                continue
-            await appender.append(body)
-            count += 1
-        if offset < stored:
-            raise InputDoesNotResume(
-                f"the server's ack level for connection {appender.connection_id} on segment {args.segment!r}"
-                f" is {stored}, but the input ends at connection offset {offset}: this is not the input that"
-                f" connection id sent before, or only part of it; nothing appended")
-    print(f"appended {events(count)} to {args.segment!r} (skipped {events(skipped)} stored before);"
-          f" connection {appender.connection_id} ack level {appender.ack_level}", file=sys.stderr)
-    return 0
+                raise InputDoesNotResume(
+                    f"the server's ack level for connection {self.connection_id} on segment {segment!r} is {stored},"
+                    f" but the input ends at connection offset {offset}: this is not the input that connection id"
+                    f" sent before, or only part of it; nothing appended")
+            await appender.flush()
+        self._count_acked()
+        return (f"appended {events(appended)} to {segment!r} (skipped {events(skipped)} stored before);"
+                f" connection {self.connection_id} ack level {appender.ack_level}")
+
+    def resume(self, progress: SendProgress) -> list[str] | None:
+        if self.appender.ack_level is None:  # never set up: nothing appended, the same command starts afresh
+            return None
+        return ["--connection-id", str(self.connection_id)]
 
 
 def send_main(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_send(args, sys.stdin.buffer))
-    except (errors.LogportError, OSError) as e:
-        print(f"logport send segment: {e}", file=sys.stderr)
-        return 1
+    def sender() -> Sender:
+        lines = LineAppender(args)
+        return Sender("logport send segment", lines.send, lines.resume, exactly_once=True,
+                      resume_says=f"connection {lines.connection_id}; to append the rest exactly once")
+
+    return run_sender(sender, args)

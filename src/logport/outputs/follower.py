@@ -9,17 +9,20 @@ deduplicates, such as logport's own Forward server, makes it exactly-once).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from logport.errors import OffsetTruncated
+from logport.errors import DataGivenUp, OffsetTruncated
 from logport.store import SegmentStore, frames
 from logport.store.files import fsync_dir
 
 CHECKPOINT_DIR = "outputs"
+
+log = logging.getLogger("logport.outputs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,10 @@ class SegmentFollower:
             # retention removed what we had not sent yet: skip to what is left, and say so
             self.position = e.start_offset
             raise
+        except DataGivenUp as e:  # an operator gave the range up (`logport verify --repair`): not sent, said
+            log.warning("%s", e, extra={"output": self.name})
+            self.position = e.end
+            return None
         if not result.data:
             return None
         events = [(off, bytes(body)) for off, t, body in frames.iter_frames(result.data, result.offset)

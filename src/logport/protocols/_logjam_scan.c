@@ -8,6 +8,13 @@
  * message the protocol refuses, every body a decompressor or the transcoder (_jsonpack.h) declines, and
  * every `started_at` not in the plain form parsed here. So errors and their words are the Python path's.
  * pack_body (one body) is the older, narrower entry point the consumer side still uses.
+ *
+ * drain (built where libzmq's headers are) takes the messages from a ROUTER or PULL socket itself, through
+ * libzmq's C API on the socket pyzmq made, and runs the same pass on each as it comes, with no Python object
+ * per message: the stored bodies, already framed for the store, in one buffer, and the messages held as
+ * libzmq gave them until `finish` answers the sync senders and publishes them on PUB (or lets them go, when
+ * the store failed). It stops at the first message the pass does not take, which goes back to Python whole:
+ * the Python path's answers and order stand for it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,6 +23,15 @@
 #include <zlib.h>
 
 #include "_jsonpack.h"
+
+#if defined(__has_include)
+#if __has_include(<zmq.h>)
+#define LJ_NATIVE 1
+#include <dlfcn.h>
+#include <structmember.h>
+#include <zmq.h>
+#endif
+#endif
 
 #define MAX_BODY_DEPTH 1024 /* orjson's limit */
 
@@ -449,10 +465,19 @@ static int lj_put_str(jp_buf *b, const char *s) {
 /* The rest of the scratch a pass needs, made once per call. */
 typedef struct {
     jp_parser ps;
-    jp_buf json, record, finished;
+    jp_buf json, record;
     z_stream z;
     int z_ready;
 } lj_scratch;
+
+/* What a pass's scratch holds, let go (without the GIL: plain free). */
+static void lj_scratch_free(lj_scratch *sc) {
+    jp_parser_free(&sc->ps);
+    if (sc->z_ready)
+        inflateEnd(&sc->z);
+    jp_buf_free(&sc->json);
+    jp_buf_free(&sc->record);
+}
 
 /* One message: checked, decompressed, transcoded and stored into `out`; -1: the Python path decides. */
 static int lj_take(lj_message *m, int router, size_t limit, const char *received_on, size_t received_on_len,
@@ -502,7 +527,6 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
     top.noted[0] = "started_at";
     top.noted[1] = "started_ms";
     sc->record.len = sc->record.nfix = 0;
-    sc->finished.len = 0;
     if (jp_top_object(&sc->ps, json, json + json_len, &sc->record, &top))
         return -1;
     uint64_t stored_created = created_ms ? created_ms : now_ms;
@@ -530,11 +554,10 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
         seconds = stored_created / 1000;
         nanos = stored_created % 1000 * 1000000;
     }
-    if (jp_finish(&sc->record, &sc->finished))
-        return -1;
+    size_t record_len = jp_final_size(&sc->record); /* finished straight into `out` below, not copied */
     /* [tag, entries, option] as MessageDecoder.stored_body writes it */
     size_t tag_len = 7 + app_env_len + 1 + topic_len;
-    size_t entry_len = 11 + sc->finished.len;
+    size_t entry_len = 11 + record_len;
     if (entry_len > 0xffffffffu || jp_reserve(out, 64 + tag_len + entry_len + 2 * (app_env_len + topic_len)
                                                        + (size_t)m->peer_len + received_on_len + 160))
         return -1;
@@ -569,7 +592,8 @@ static int lj_take(lj_message *m, int router, size_t limit, const char *received
     jp_be(p + 3, seconds & 0xffffffffu, 4);
     jp_be(p + 7, nanos, 4);
     out->len += 11;
-    jp_put(out, sc->finished.data, sc->finished.len);
+    if (jp_finish(&sc->record, out))
+        return -1;
     jp_byte(out, 0x89);
     lj_put_str(out, "size");
     jp_uint(out, 1);
@@ -675,13 +699,8 @@ static PyObject *accept_batch(PyObject *module, PyObject *args) {
     } else {
         failed = 1;
     }
-    jp_parser_free(&sc.ps);
-    if (sc.z_ready)
-        inflateEnd(&sc.z);
+    lj_scratch_free(&sc);
     Py_END_ALLOW_THREADS
-    jp_buf_free(&sc.json);
-    jp_buf_free(&sc.record);
-    jp_buf_free(&sc.finished);
     PyObject *result = failed ? NULL : PyList_New(count);
     PyObject *last_tag = NULL;
     lj_message *last_m = NULL;
@@ -711,6 +730,403 @@ static PyObject *accept_batch(PyObject *module, PyObject *args) {
     return result;
 }
 
+#ifdef LJ_NATIVE
+/* --- draining a socket and publishing, through libzmq's C API --- */
+
+/* libzmq's functions, looked up in the library pyzmq's backend loaded (bind_libzmq): this module works on
+ * pyzmq's sockets, so with pyzmq's libzmq, which may be a copy of its own and not the system's. */
+static struct {
+    int ready;
+    int (*msg_init)(zmq_msg_t *);
+    int (*msg_recv)(zmq_msg_t *, void *, int);
+    int (*msg_send)(zmq_msg_t *, void *, int);
+    int (*msg_close)(zmq_msg_t *);
+    int (*msg_copy)(zmq_msg_t *, zmq_msg_t *);
+    void *(*msg_data)(zmq_msg_t *);
+    size_t (*msg_size)(const zmq_msg_t *);
+    int (*msg_more)(const zmq_msg_t *);
+    const char *(*msg_gets)(const zmq_msg_t *, const char *);
+    int (*send)(void *, const void *, size_t, int);
+    int (*errno_)(void);
+    const char *(*strerror_)(int);
+} zq;
+
+static PyObject *bind_libzmq(PyObject *module, PyObject *arg) {
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return NULL;
+    void *lib = dlopen(PyBytes_AS_STRING(path), RTLD_NOW | RTLD_NOLOAD); /* loaded already: pyzmq's backend */
+    Py_DECREF(path);
+    if (lib == NULL)
+        Py_RETURN_FALSE;
+    /* dlsym on a handle searches that object and those it depends on: the libzmq pyzmq's backend uses */
+#define LJ_SYM(field, name) *(void **)(&zq.field) = dlsym(lib, name)
+    LJ_SYM(msg_init, "zmq_msg_init");
+    LJ_SYM(msg_recv, "zmq_msg_recv");
+    LJ_SYM(msg_send, "zmq_msg_send");
+    LJ_SYM(msg_close, "zmq_msg_close");
+    LJ_SYM(msg_copy, "zmq_msg_copy");
+    LJ_SYM(msg_data, "zmq_msg_data");
+    LJ_SYM(msg_size, "zmq_msg_size");
+    LJ_SYM(msg_more, "zmq_msg_more");
+    LJ_SYM(msg_gets, "zmq_msg_gets");
+    LJ_SYM(send, "zmq_send");
+    LJ_SYM(errno_, "zmq_errno");
+    LJ_SYM(strerror_, "zmq_strerror");
+#undef LJ_SYM
+    zq.ready = zq.msg_init && zq.msg_recv && zq.msg_send && zq.msg_close && zq.msg_copy && zq.msg_data
+               && zq.msg_size && zq.msg_more && zq.msg_gets && zq.send && zq.errno_ && zq.strerror_;
+    dlclose(lib); /* pyzmq's backend keeps it loaded */
+    return PyBool_FromLong(zq.ready);
+}
+
+/* One message as libzmq gave it: its frames, held until published, and what the pass made of it. */
+typedef struct {
+    zmq_msg_t part[LJ_MAX_FRAMES];
+    int nparts; /* parts initialised (each closed once) */
+    int sync;
+    lj_message m;
+} lj_held;
+
+typedef struct {
+    PyObject_HEAD
+    lj_held *held;
+    Py_ssize_t nheld;    /* entries of `held` whose parts are to be closed */
+    Py_ssize_t count;    /* messages taken: held[0 .. count) */
+    Py_ssize_t received; /* messages taken from the socket: count, and the one left to Python if any */
+    int router;
+    jp_buf framed;       /* the stored bodies, each an Event frame of the store (int32 0, uint32 length, body), lent
+                          * as this object's buffer (never changed, freed with it) */
+    PyObject *runs;      /* [(tag, start, end, frames)]: consecutive messages of one tag, their span of framed */
+    PyObject *left;      /* (frames, peer) of the message the pass did not take, or None */
+} Drained;
+
+static void drained_release(Drained *d) {
+    for (Py_ssize_t i = 0; i < d->nheld; i++)
+        for (int f = 0; f < d->held[i].nparts; f++)
+            zq.msg_close(&d->held[i].part[f]);
+    d->nheld = 0;
+    free(d->held);
+    d->held = NULL;
+}
+
+static void drained_dealloc(Drained *d) {
+    drained_release(d);
+    jp_buf_free(&d->framed);
+    Py_XDECREF(d->runs);
+    Py_XDECREF(d->left);
+    Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+#define LJ_FRAME_HEADER 8 /* store/frames.py: int32 type (0: an Event), uint32 length */
+
+/* Up to `max_batch` messages from `sock` (GIL released), each taken as it comes, its stored body framed into
+ * `out`; stops when nothing waits, or at the first message not taken: *left is then its index in `held` (the
+ * frames past LJ_MAX_FRAMES, which make it one the Python path refuses, copied into `extra` as an 8-byte
+ * length and the bytes). Returns the messages taken, or -1 when a receive failed other than with EAGAIN. */
+static Py_ssize_t lj_drain(void *sock, int router, Py_ssize_t max_batch, size_t limit, const char *received_on,
+                           size_t received_on_len, uint64_t now_ms, size_t max_frame, lj_held *held,
+                           Py_ssize_t *nheld, Py_ssize_t *left, lj_scratch *sc, jp_buf *out, jp_buf *extra,
+                           int *err) {
+    Py_ssize_t count = 0;
+    while (count < max_batch) {
+        lj_held *h = &held[count];
+        zq.msg_init(&h->part[0]);
+        h->nparts = 1;
+        *nheld = count + 1;
+        if (zq.msg_recv(&h->part[0], sock, ZMQ_DONTWAIT) < 0) {
+            int e = zq.errno_();
+            if (e == EAGAIN)
+                return count;
+            *err = e;
+            return -1;
+        }
+        int whole = 1, more = zq.msg_more(&h->part[0]);
+        while (more) {
+            if (h->nparts < LJ_MAX_FRAMES) {
+                zmq_msg_t *part = &h->part[h->nparts++];
+                zq.msg_init(part);
+                if (zq.msg_recv(part, sock, 0) < 0) {
+                    *err = zq.errno_();
+                    return -1;
+                }
+                more = zq.msg_more(part);
+                continue;
+            }
+            zmq_msg_t part;
+            zq.msg_init(&part);
+            if (zq.msg_recv(&part, sock, 0) < 0) {
+                zq.msg_close(&part);
+                *err = zq.errno_();
+                return -1;
+            }
+            size_t n = zq.msg_size(&part);
+            unsigned char size[8];
+            jp_be(size, n, 8);
+            int failed = jp_put(extra, size, 8) || jp_put(extra, zq.msg_data(&part), n);
+            more = zq.msg_more(&part);
+            zq.msg_close(&part);
+            if (failed) {
+                *err = ENOMEM;
+                return -1;
+            }
+            whole = 0;
+        }
+        lj_message *m = &h->m;
+        memset(m, 0, sizeof(*m));
+        m->nframes = h->nparts;
+        for (int f = 0; f < h->nparts; f++) {
+            m->frame[f] = zq.msg_data(&h->part[f]);
+            m->size[f] = zq.msg_size(&h->part[f]);
+        }
+        m->peer = zq.msg_gets(&h->part[0], "Peer-Address"); /* as servers/logjam_ingest.py's peer_address */
+        if (m->peer == NULL)
+            m->peer = "unknown";
+        m->peer_len = (Py_ssize_t)strlen(m->peer);
+        h->sync = router && m->nframes > 1 && m->size[1] == 0;
+        size_t mark = out->len;
+        int taken = whole && jp_reserve(out, LJ_FRAME_HEADER) == 0;
+        if (taken) {
+            out->len += LJ_FRAME_HEADER;
+            taken = lj_take(m, router, limit, received_on, received_on_len, now_ms, sc, out) == 0
+                    && m->out_len <= max_frame; /* a bigger one the store refuses: the Python path says so */
+        }
+        if (!taken) {
+            out->len = mark;
+            *left = count;
+            return count;
+        }
+        memset(out->data + mark, 0, 4);
+        jp_be(out->data + mark + 4, m->out_len, 4);
+        count++;
+    }
+    return count;
+}
+
+static int lj_same_names(const lj_message *a, const lj_message *b) {
+    return a->size[a->data] == b->size[b->data] && a->size[a->data + 1] == b->size[b->data + 1]
+           && memcmp(a->frame[a->data], b->frame[b->data], a->size[a->data]) == 0
+           && memcmp(a->frame[a->data + 1], b->frame[b->data + 1], a->size[a->data + 1]) == 0;
+}
+
+/* [(tag, start, end, frames)]: the taken messages in runs of one tag, each its span of the framed bodies. */
+static PyObject *lj_runs(const lj_held *held, Py_ssize_t count, const jp_buf *out) {
+    PyObject *runs = PyList_New(0);
+    Py_ssize_t first = 0;
+    for (Py_ssize_t i = 1; runs != NULL && i <= count; i++) {
+        if (i < count && lj_same_names(&held[i].m, &held[first].m))
+            continue;
+        const lj_message *m = &held[first].m;
+        size_t len = 7 + m->size[m->data] + 1 + m->size[m->data + 1]; /* the tag, as the stored body has it */
+        PyObject *tag = PyUnicode_DecodeASCII((const char *)out->data + m->out_start + 1 + jp_str_header_size(len),
+                                              (Py_ssize_t)len, "strict");
+        size_t end = i < count ? held[i].m.out_start - LJ_FRAME_HEADER : out->len;
+        PyObject *run = tag == NULL ? NULL : Py_BuildValue("(Nnnn)", tag, (Py_ssize_t)(m->out_start - LJ_FRAME_HEADER),
+                                                           (Py_ssize_t)end, i - first);
+        if (run == NULL || PyList_Append(runs, run) < 0)
+            Py_CLEAR(runs);
+        Py_XDECREF(run);
+        first = i;
+    }
+    return runs;
+}
+
+/* (frames, peer) of the message the pass left: its parts and the frames copied past them, as bytes. */
+static PyObject *lj_left(lj_held *h, const jp_buf *extra) {
+    PyObject *frames = PyList_New(0);
+    for (int f = 0; frames != NULL && f < h->nparts; f++) {
+        PyObject *frame = PyBytes_FromStringAndSize(zq.msg_data(&h->part[f]), (Py_ssize_t)zq.msg_size(&h->part[f]));
+        if (frame == NULL || PyList_Append(frames, frame) < 0)
+            Py_CLEAR(frames);
+        Py_XDECREF(frame);
+    }
+    for (size_t at = 0; frames != NULL && at + 8 <= extra->len;) {
+        size_t n = (size_t)lj_be(extra->data + at, 8);
+        PyObject *frame = PyBytes_FromStringAndSize((const char *)extra->data + at + 8, (Py_ssize_t)n);
+        if (frame == NULL || PyList_Append(frames, frame) < 0)
+            Py_CLEAR(frames);
+        Py_XDECREF(frame);
+        at += 8 + n;
+    }
+    if (frames == NULL)
+        return NULL;
+    return Py_BuildValue("(Ns)", frames, h->m.peer);
+}
+
+static PyTypeObject DrainedType;
+
+static PyObject *drain(PyObject *module, PyObject *args) {
+    unsigned long long handle, now_ms;
+    int router;
+    Py_ssize_t max_batch, limit_arg, max_frame_arg, received_on_len;
+    const char *received_on;
+    if (!PyArg_ParseTuple(args, "Kpnns#Kn", &handle, &router, &max_batch, &limit_arg, &received_on,
+                          &received_on_len, &now_ms, &max_frame_arg))
+        return NULL;
+    if (!zq.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "drain: bind_libzmq found no libzmq");
+        return NULL;
+    }
+    if (max_batch < 1)
+        max_batch = 1;
+    Drained *d = (Drained *)DrainedType.tp_alloc(&DrainedType, 0);
+    if (d == NULL)
+        return NULL;
+    d->router = router;
+    d->held = malloc((size_t)max_batch * sizeof(*d->held)); /* not zeroed: each entry is set as it is used */
+    if (d->held == NULL) {
+        Py_DECREF(d);
+        return PyErr_NoMemory();
+    }
+    size_t limit = limit_arg < 0 ? 0 : (size_t)limit_arg, max_frame = max_frame_arg < 0 ? 0 : (size_t)max_frame_arg;
+    jp_buf extra = {0};
+    lj_scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    Py_ssize_t count = -1, left = -1, nheld = 0;
+    int err = ENOMEM;
+    Py_BEGIN_ALLOW_THREADS
+    if (jp_parser_init(&sc.ps, MAX_BODY_DEPTH) == 0)
+        count = lj_drain((void *)(uintptr_t)handle, router, max_batch, limit, received_on, (size_t)received_on_len,
+                         now_ms, max_frame, d->held, &nheld, &left, &sc, &d->framed, &extra, &err);
+    lj_scratch_free(&sc);
+    Py_END_ALLOW_THREADS
+    d->nheld = nheld;
+    if (count >= 0) {
+        d->count = count;
+        d->received = count + (left >= 0);
+        d->runs = lj_runs(d->held, count, &d->framed);
+        d->left = d->runs == NULL ? NULL : left >= 0 ? lj_left(&d->held[left], &extra) : Py_NewRef(Py_None);
+    } else if (err == ENOMEM) {
+        PyErr_NoMemory();
+    } else {
+        PyErr_SetObject(PyExc_OSError, Py_BuildValue("(is)", err, zq.strerror_(err)));
+    }
+    if (left >= 0) { /* back to Python as bytes: its parts are done with */
+        for (int f = 0; f < d->held[left].nparts; f++)
+            zq.msg_close(&d->held[left].part[f]);
+        d->held[left].nparts = 0;
+    }
+    jp_buf_free(&extra);
+    if (d->left == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return (PyObject *)d;
+}
+
+static PyObject *drained_finish(Drained *d, PyObject *args) {
+    unsigned long long pub_handle, router_handle, sequence, now_ms;
+    int stored, recompress;
+    unsigned long device;
+    if (!PyArg_ParseTuple(args, "KKpkiKK", &pub_handle, &router_handle, &stored, &device, &recompress, &sequence,
+                          &now_ms))
+        return NULL;
+    if (d->held == NULL && d->count) {
+        PyErr_SetString(PyExc_RuntimeError, "finish: this batch was finished already");
+        return NULL;
+    }
+    void *pub = (void *)(uintptr_t)pub_handle, *router = (void *)(uintptr_t)router_handle;
+    jp_buf packed = {0};
+    for (Py_ssize_t i = 0; stored && d->router && i < d->count; i++) { /* the replies first, as the Python path */
+        lj_held *h = &d->held[i];
+        if (!h->sync)
+            continue;
+        zmq_msg_t app_env;
+        if (zq.msg_send(&h->part[0], router, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) /* the routing id */
+            continue;
+        zq.msg_init(&app_env);
+        zq.msg_copy(&app_env, &h->part[h->m.data]);
+        if (zq.msg_send(&app_env, router, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            zq.msg_close(&app_env);
+            continue;
+        }
+        zq.send(router, "202 Accepted", 12, ZMQ_DONTWAIT);
+    }
+    for (Py_ssize_t i = 0; stored && i < d->count; i++) { /* LogjamPublisher.publish_received */
+        lj_held *h = &d->held[i];
+        lj_message *m = &h->m;
+        uint64_t created = m->created_ms ? m->created_ms : now_ms;
+        int compression = m->compression, own = 0;
+        if (compression == LJ_NONE && recompress == LJ_ZLIB) { /* zlib.compress(body) */
+            uLongf len = compressBound((uLong)m->size[m->data + 2]);
+            packed.len = 0;
+            if (jp_reserve(&packed, len) == 0
+                && compress2(packed.data, &len, m->frame[m->data + 2], (uLong)m->size[m->data + 2],
+                             Z_DEFAULT_COMPRESSION) == Z_OK) {
+                packed.len = len;
+                own = 1;
+                compression = LJ_ZLIB;
+            }
+        }
+        sequence = sequence < UINT64_MAX ? sequence + 1 : 1;
+        unsigned char meta[24];
+        jp_be(meta, 0xCABD, 2);
+        meta[2] = (unsigned char)compression;
+        meta[3] = 1;
+        jp_be(meta + 4, device, 4);
+        jp_be(meta + 8, created, 8);
+        jp_be(meta + 16, sequence, 8);
+        zq.msg_send(&h->part[m->data], pub, ZMQ_SNDMORE | ZMQ_DONTWAIT); /* PUB drops past its HWM, never waits */
+        zq.msg_send(&h->part[m->data + 1], pub, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+        if (own)
+            zq.send(pub, packed.data, packed.len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+        else
+            zq.msg_send(&h->part[m->data + 2], pub, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+        zq.send(pub, meta, sizeof(meta), ZMQ_DONTWAIT);
+    }
+    jp_buf_free(&packed);
+    drained_release(d);
+    return PyLong_FromUnsignedLongLong(sequence);
+}
+
+static int drained_getbuffer(Drained *d, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)d, d->framed.data != NULL ? d->framed.data : (void *)"",
+                             (Py_ssize_t)d->framed.len, 1, flags);
+}
+
+static PyBufferProcs drained_as_buffer = {(getbufferproc)drained_getbuffer, NULL};
+
+static PyObject *drained_framed(Drained *d, void *closure) {
+    return PyMemoryView_FromObject((PyObject *)d);
+}
+
+static PyGetSetDef drained_getset[] = {
+    {"framed", (getter)drained_framed, NULL, "the stored bodies as the store's Event frames (a view of this batch)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef drained_methods[] = {
+    {"finish", (PyCFunction)drained_finish, METH_VARARGS,
+     "finish(pub, router, stored, device, recompress, sequence, now_ms) -> sequence: once the store answered, "
+     "the sync senders' replies on ROUTER and every message on PUB (its created_ms, else now_ms; uncompressed "
+     "bodies zlib-compressed when recompress is 1), numbered on from `sequence`; nothing when not stored. The "
+     "last sequence number used; the messages are let go."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef drained_members[] = {
+    {"count", T_PYSSIZET, offsetof(Drained, count), READONLY, "messages taken"},
+    {"received", T_PYSSIZET, offsetof(Drained, received), READONLY, "messages taken from the socket"},
+    {"runs", T_OBJECT_EX, offsetof(Drained, runs), READONLY, "[(tag, start, end, frames)] over framed"},
+    {"left", T_OBJECT, offsetof(Drained, left), READONLY, "(frames, peer) of the message left to Python, or None"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject DrainedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "logport.protocols._logjam_scan.Drained",
+    .tp_basicsize = sizeof(Drained),
+    .tp_dealloc = (destructor)drained_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A batch drain() took from a socket: stored bodies framed, messages held until finish().",
+    .tp_methods = drained_methods,
+    .tp_members = drained_members,
+    .tp_getset = drained_getset,
+    .tp_as_buffer = &drained_as_buffer,
+};
+#endif /* LJ_NATIVE */
+
 static PyMethodDef methods[] = {
     {"pack_body", pack_body, METH_O,
      "pack_body(json) -> (record, started_at, started_ms) | None: a logjam body's JSON object as the msgpack "
@@ -721,6 +1137,15 @@ static PyMethodDef methods[] = {
      "from a ROUTER (router true: the routing id first) or PULL socket, (stored body, tag, app_env, topic, body, "
      "compression, the meta's created_ms or 0) as MessageDecoder makes them, or None where the Python path "
      "decides (pings, refused messages, whatever this pass declines)."},
+#ifdef LJ_NATIVE
+    {"bind_libzmq", bind_libzmq, METH_O,
+     "bind_libzmq(path) -> bool: find libzmq's functions through the loaded library at `path` (pyzmq's backend); "
+     "whether drain can run."},
+    {"drain", drain, METH_VARARGS,
+     "drain(socket, router, max_batch, limit, received_on, now_ms, max_frame) -> Drained: up to max_batch "
+     "messages from a ROUTER or PULL socket (libzmq's handle, zmq.Socket.underlying), each taken as accept_batch "
+     "takes it and framed for the store, up to the first it does not take (Drained.left)."},
+#endif
     {NULL, NULL, 0, NULL},
 };
 
@@ -731,5 +1156,9 @@ PyMODINIT_FUNC PyInit__logjam_scan(void) {
         PyErr_SetString(PyExc_ImportError, "no C locale for strtod_l");
         return NULL;
     }
+#ifdef LJ_NATIVE
+    if (PyType_Ready(&DrainedType) < 0)
+        return NULL;
+#endif
     return PyModule_Create(&module);
 }

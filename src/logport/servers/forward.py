@@ -326,10 +326,11 @@ class ForwardConnection(asyncio.BufferedProtocol):
             if self.config.add_tag_prefix:
                 tag = f"{self.config.add_tag_prefix}.{tag}"
             key = _writer_key(fp.as_bytes(chunk)) if chunk is not None and self.config.exactly_once else None
-            parts, frames = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
-                                         self._extra, self.runtime.store.config.max_frame_size)
+            parts, frames, events = frame_batch(tag, batch, {**batch.option, "source": "forward", "peer": self.peer},
+                                                 self._extra, self.runtime.store.config.max_frame_size)
             future = self.runtime.submit_routed(self.config.segment, tag, parts,
-                                                WriterCondition(key=key, end=1) if key is not None else None, frames)
+                                                WriterCondition(key=key, end=1) if key is not None else None, frames,
+                                                events)
         except Exception as e:  # refused before it reached the store's queue
             self.conn.release(batch)  # type: ignore[union-attr]
             self._refused(e)
@@ -442,24 +443,28 @@ class ForwardConnection(asyncio.BufferedProtocol):
 
 
 def frame_batch(tag: str, batch: fp.EventBatch, option: dict[str, Any], extra: dict[str, str],
-                max_frame_size: int) -> tuple[list[Buffer], int]:
+                max_frame_size: int) -> tuple[list[Buffer], int, int]:
     """The store frames of a received batch, as the buffers the store writes (the entries a view of the bytes
-    received: no copy), and how many: one stored PackedForward body (several when it is larger than the store's
-    max_frame_size), each behind its frame header."""
+    received: no copy), how many: one stored PackedForward body (several when it is larger than the store's
+    max_frame_size), each behind its frame header; and the events they hold (the `size` each carries, as the
+    store counts them)."""
     entries: bytes | memoryview = batch.entries
     if extra:
         entries = fp.add_record_keys(entries, extra)
     pieces = fp.split_entries(entries, max_frame_size - _BATCH_OVERHEAD)
     parts: list[Buffer] = []
+    events = 0
     for piece in pieces:
         head = batch_head(tag, len(piece))
-        packed = pack_option({**option, "size": batch.size if len(pieces) == 1 else _count(piece)})
+        size = batch.size if len(pieces) == 1 else _count(piece)
+        events += size
+        packed = pack_option({**option, "size": size})
         body_size = len(head) + len(piece) + len(packed)
         if body_size > max_frame_size:
             raise StoreLimitExceeded(f"event of {body_size} bytes (tag {tag!r}) exceeds max_frame_size "
                                      f"{max_frame_size}")
         parts += (_FRAME_HEADER.pack(_EVENT, body_size), head, piece, packed)
-    return parts, len(pieces)
+    return parts, len(pieces), events
 
 
 def _count(entries: bytes | memoryview) -> int:

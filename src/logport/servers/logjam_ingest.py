@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import orjson
@@ -22,6 +22,9 @@ from logport.errors import ProtocolError
 from logport.protocols.logjam import DataMessage, InvalidMessage, decompress, event_time_of
 from logport.runtime import Runtime
 from logport.servers._guard import ThrottledLog
+
+if TYPE_CHECKING:
+    from logport.protocols._logjam_scan import Drained
 
 log = logging.getLogger("logport.logjam")
 
@@ -41,6 +44,20 @@ try:
     from logport.protocols._logjam_scan import pack_body as _pack_body
 except ImportError:  # installed without a C compiler: bodies are decoded in Python
     _pack_body = _accept_batch = None
+
+# The C pass draining a socket itself (built where libzmq's headers were), on pyzmq's own libzmq; None: the
+# listener takes messages with pyzmq and hands them to the C pass (or the Python path) as lists of frames.
+drain: Callable[[int, bool, int, int, str, int, int], Drained] | None = None
+try:
+    from zmq.backend.cython import _zmq as _zmq_backend
+
+    from logport.protocols._logjam_scan import bind_libzmq
+    from logport.protocols._logjam_scan import drain as _drain_c
+
+    if bind_libzmq(_zmq_backend.__file__):
+        drain = _drain_c
+except ImportError:
+    pass
 
 
 def receive_message(sock: zmq.Socket[bytes]) -> tuple[list[bytes], zmq.Frame]:
@@ -193,6 +210,11 @@ def log_invalid(metrics: LogjamMetrics, error: ProtocolError, peer: str, socket:
 async def store_taken(runtime: Runtime, default_segment: str, taken: list[Taken]) -> None:
     """Append every taken message (one stored event each) durably, grouped per routed segment."""
     await runtime.append_routed(default_segment, ((item[1], item[0], 1) for item in taken))
+
+
+async def store_drained(runtime: Runtime, default_segment: str, drained: Drained) -> None:
+    """Append a drained batch's framed bodies durably, as store_taken appends the same messages."""
+    await runtime.submit_framed(default_segment, drained.framed, drained.runs)
 
 
 async def store_accepted(runtime: Runtime, default_segment: str, accepted: list[Accepted]) -> None:

@@ -16,7 +16,7 @@ import orjson
 
 from logport.batch import BatchDecodeError, decode_batch
 from logport.config import LogjamConfig
-from logport.errors import OffsetTruncated
+from logport.errors import DataGivenUp, OffsetTruncated
 from logport.protocols import logjam as lj
 from logport.routing import compile_pattern
 from logport.runtime import Runtime
@@ -93,6 +93,10 @@ async def run_republisher(runtime: Runtime, segment: str, publisher: Any, names:
             log.warning("republish position truncated", extra={"segment": segment, "value": position,
                                                                "limit": e.start_offset})
             position = e.start_offset
+            continue
+        except DataGivenUp as e:  # an operator gave the range up (`logport verify --repair`): skipped, said
+            log.warning("%s", e, extra={"segment": segment})
+            position = e.end
             continue
         if not result.data:
             if result.end_of_segment:

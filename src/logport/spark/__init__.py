@@ -1,6 +1,5 @@
 """logport on Spark: the `logport` data source, the `logport pipeline` job and its HTML report.
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # before the session: its Python workers import logport
     spark = SparkSession.builder.master("local[*]").getOrCreate()
     logport.spark.register(spark)
     df = spark.read.format("logport").option("path", "./data").load()
@@ -11,7 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from logport.errors import LogportError
 
@@ -20,39 +21,58 @@ if TYPE_CHECKING:
 
 # What a Python worker of the source imports (logport and the libraries it decodes with).
 WORKER_IMPORT = "import logport.spark.columns"
-_workers_checked: set[str] = set()  # worker Pythons that imported it
+_workers_checked: set[tuple[str, str]] = set()  # (Python, working directory) that imported it
 
 
 class WorkerPythonError(LogportError):
-    """Spark's Python workers cannot import logport, so every read of the source would fail in them."""
+    """The Python Spark runs the source with cannot import logport, so every read of the source would fail."""
 
 
 def register(spark: SparkSession) -> None:
     """Make `spark.read.format("logport")` and `spark.readStream.format("logport")` available.
 
-    With a local master, first checks that the session's Python workers can import logport
-    (WorkerPythonError says what to set if not): a running session keeps the worker Python it
-    was built with.
+    Spark runs a Python data source (its planning on the driver, its reads in the executors) with
+    the Python its SparkContext names when the source is registered (PySpark's
+    DataSourceRegistration wraps the class with `pythonExec`). With a local master every one of
+    them runs on this machine, so the source is registered with this interpreter, which has logport,
+    whatever PYSPARK_PYTHON says; the session's other Python (UDFs) keeps its own. With a cluster
+    master it is the executors' Python, and first checked here, where Spark plans with it
+    (WorkerPythonError says what to do if it cannot import logport).
     """
     from logport.spark.source import session_data_source
 
-    check_worker_python(spark)
+    context = spark.sparkContext
     # its reads are cut into partitions by the session's cores, as Spark sizes file splits (source.SegmentPlanner)
-    spark.dataSource.register(session_data_source(spark.sparkContext.defaultParallelism))
+    source = session_data_source(context.defaultParallelism)
+    if (context.master or "").startswith("local") and sys.executable:
+        with python_exec(context, sys.executable):
+            spark.dataSource.register(source)
+        return
+    check_planner_python(spark)
+    spark.dataSource.register(source)
 
 
-def check_worker_python(spark: SparkSession) -> None:
-    """Raise WorkerPythonError when a local session's workers run a Python that cannot import logport.
+@contextmanager
+def python_exec(context: Any, python: str) -> Iterator[None]:
+    """The SparkContext names `python` for what is wrapped meanwhile (a data source, a UDF), then its own again."""
+    own = context.pythonExec
+    context.pythonExec = python
+    try:
+        yield
+    finally:
+        context.pythonExec = own
 
-    Workers run the PYSPARK_PYTHON the session was built with, else `python3` from PATH (not the
-    driver's interpreter): `.venv/bin/python app.py` gets workers without logport. A cluster's
-    workers are the cluster's (README "Spark"); they are not checked.
+
+def check_planner_python(spark: SparkSession) -> None:
+    """Raise WorkerPythonError when the executors' Python cannot import logport on the driver.
+
+    Spark runs a Python data source's planning on the driver, with the Python its executors run
+    (PYSPARK_PYTHON, spark.pyspark.python), from the driver's working directory: a relative path
+    (`./logport-env/bin/python`, as `logport spark-package` sets) must be there too.
     """
     context = spark.sparkContext
-    if not (context.master or "").startswith("local"):
-        return
-    python = context.pythonExec
-    if python in _workers_checked:
+    python, where = context.pythonExec, os.getcwd()
+    if (python, where) in _workers_checked:
         return
     env = dict(os.environ)
     py_files = [f for f in (context.getConf().get("spark.submit.pyFiles") or "").split(",") if f]
@@ -66,7 +86,7 @@ def check_worker_python(spark: SparkSession) -> None:
         failure = str(e)
     if failure:
         raise WorkerPythonError(
-            f"Spark's Python workers run {python!r}, which cannot import logport ({failure}). Set "
-            f"os.environ['PYSPARK_PYTHON'] = sys.executable (here {sys.executable!r}), or export "
-            f"PYSPARK_PYTHON, before the SparkSession is built: a running session keeps its workers' Python")
-    _workers_checked.add(python)
+            f"Spark plans the logport source on the driver with the executors' Python, {python!r}, which cannot "
+            f"import logport from {where} ({failure}). Run spark-submit in the directory `logport spark-package` "
+            "wrote (its logport-env is the executors' Python there too), or install logport for that Python here")
+    _workers_checked.add((python, where))

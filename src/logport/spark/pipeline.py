@@ -26,6 +26,7 @@ from logport.errors import LogportError
 from logport.lake.log import Entry, LakeError
 from logport.lake.tables import Table, all_tables
 from logport.spark.context import TIME_BASES, BatchContext, LakeSettings
+from logport.spark.errors import cause
 from logport.spark.lakewriter import (
     CHECKPOINT_DIR,
     BatchOutput,
@@ -51,6 +52,7 @@ BUILDERS = {
 DEFAULT_OUTPUTS = ("traffic", "logjam", "logs")  # events only when named: it copies every event
 ARCHIVES = {"events"}  # builders that keep events rather than count them: they take late events too
 LEGACY_TABLES = ("app_minutes", "exceptions")  # the output of logport before the lake, which --rebuild removes too
+REPORT_NEEDS = ("fastapi", "uvicorn", "duckdb", "starlette")  # the UI's libraries, which spark-package leaves out
 LOOPBACK = "127.0.0.1"  # where a local Spark listens (driver, block manager, UI)
 CHECKPOINT_MARK = "logport-lake.json"  # in a streaming checkpoint: the lake batch id of its micro-batch 0
 # An event time further than this ahead of the clock does not move the watermark (a producer's broken clock would
@@ -543,6 +545,12 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, chec
         processingTime=f"{args.trigger_seconds} seconds")
     query = writer.start()
     try:
+        started = time.monotonic()
+        while query.isActive and query.lastProgress is None and time.monotonic() - started < 60:
+            time.sleep(0.2)
+        first = query.recentProgress[:1]
+        if first and first[0]["batchId"] > 0:  # a restart: say where the checkpoint took it up
+            run.progress.say(f"{query.name}: resumed from its checkpoint at micro-batch {first[0]['batchId']}")
         deadline = time.monotonic() + args.duration if args.duration > 0 else None
         while query.isActive:
             remaining = 5.0 if deadline is None else min(5.0, max(0.0, deadline - time.monotonic()))
@@ -558,7 +566,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, chec
         query.stop()
     failure = query.exception()
     if failure is not None:  # the run failed; the checkpoint and the lake keep the position
-        raise QueryFailed(_first_lines(str(failure)))
+        raise QueryFailed(cause(failure) or _first_lines(str(failure)))
 
 
 class QueryFailed(LogportError):
@@ -573,16 +581,17 @@ def _first_lines(text: str, limit: int = 2000) -> str:
 
 
 def write_report(out: Path, report: Path, progress: Progress) -> None:
-    """report.html from the lake, by the UI's report module (logport.ui.report), when this logport has it."""
+    """report.html from the lake, by the UI's report module (logport.ui.report), when the driver has the UI's
+    libraries (a spark-package environment leaves them out)."""
     try:
-        module = importlib.import_module("logport.ui.report")
+        from logport.ui.report import write_report as write_html
     except ModuleNotFoundError as e:
-        if e.name not in ("logport.ui", "logport.ui.report"):
+        if e.name is None or e.name.partition(".")[0] not in REPORT_NEEDS:
             raise
-        print("logport pipeline: no report written: the static report needs the ui package (logport.ui), which "
-              "this logport lacks", file=sys.stderr)
+        print(f"logport pipeline: no report written: the static report needs {e.name}, which this Python lacks "
+              "(the lake is written; draw the report where logport ui runs)", file=sys.stderr)
         return
-    module.write_report(out, report)
+    write_html(out, report)
     progress.say(f"report: {report}")
 
 

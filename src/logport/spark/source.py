@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from logport.errors import CorruptData, OffsetTruncated
+from logport.errors import CorruptData, DataGivenUp, OffsetTruncated
 from logport.spark.columns import ROWS_PER_BATCH, Layout, frames_to_batches
 from logport.spark.segments import (
     HubLocation,
@@ -160,7 +160,8 @@ class SegmentPlanner:
                     position = offset + frames.HEADER_SIZE + length
                 return position
             except CorruptData as e:
-                if self.fail_on_data_loss or e.end <= position or e.end > end:
+                given_up = isinstance(e, DataGivenUp)  # `logport verify --repair`: skipped whatever failOnDataLoss
+                if (self.fail_on_data_loss and not given_up) or e.end <= position or e.end > end:
                     raise
                 position = e.end
 
@@ -313,7 +314,8 @@ def read_range(options: dict[str, str], partition: SegmentRange) -> Iterator[pa.
 def _frames_past_corruption(access: SegmentAccess, segment: str, partition: SegmentRange,
                             fail_on_data_loss: str) -> Iterator[tuple[int, int, bytes | memoryview]]:
     """The partition's frames; a corrupt range (format v2's checksums) fails the task, or, with
-    failOnDataLoss=false, is skipped with a warning: it ends on a commit group's boundary, a frame's."""
+    failOnDataLoss=false, is skipped with a warning: it ends on a commit group's boundary, a frame's. A range
+    given up (`logport verify --repair`) is skipped with a warning either way."""
     start = partition.start
     while True:
         try:
@@ -321,6 +323,11 @@ def _frames_past_corruption(access: SegmentAccess, segment: str, partition: Segm
                 start = frame[0] + 8 + len(frame[2])
                 yield frame
             return
+        except DataGivenUp as e:  # an operator gave the range up (`logport verify --repair`): always skipped
+            if e.end <= start:
+                raise
+            log.warning("skipping data given up: %s", e)
+            start = e.end
         except CorruptData as e:
             if fail_on_data_loss.lower() != "false" or e.end <= start:
                 raise

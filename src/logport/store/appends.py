@@ -36,15 +36,16 @@ class AppendResult:
 
 
 class PendingAppend:
-    __slots__ = ("parts", "writer", "future", "size", "multi")
+    __slots__ = ("parts", "writer", "future", "size", "multi", "events")
 
     def __init__(self, parts: list[Buffer], writer: WriterCondition | None, future: asyncio.Future[AppendResult],
-                 multi: bool) -> None:
+                 multi: bool, events: int | None = None) -> None:
         self.parts = parts  # whole frames, as buffers handed to pwritev without joining them
         self.writer = writer
         self.future = future
         self.size = sum(len(p) for p in parts)
         self.multi = multi  # several frames: needs a record that makes it all-or-nothing
+        self.events = events  # what store/counting.py counts in its frames, if the caller knows (else counted)
 
 
 @dataclass(slots=True)

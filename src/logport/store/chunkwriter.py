@@ -3,6 +3,7 @@ frames (format v2), chunks rolled into spare files, fdatasync, and a failed comm
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import mmap
@@ -79,6 +80,8 @@ class ChunkWriter:
         self.layout = ChunkLayout(0, VERSION, 0)  # the active chunk as written
         self.prev = 0  # the stored CRC of the active chunk's last group: the next group's `prev`
         self.has_data = False  # appends went into the active chunk (a roll before one would loop)
+        # the layouts of the chunks that commits rolled from (their last_crc set), for the loop to mark
+        self.finished: collections.deque[ChunkLayout] = collections.deque()
         self.dirty = False  # written and not yet synced (fsync = interval or never)
         self._open_group: int | None = None  # a group whose frames are being written, its COMMIT frame not yet
         # fsync = always with direct_io: commits go through `_direct_fd` (see _write_group_direct)
@@ -114,6 +117,7 @@ class ChunkWriter:
         per policy; the offset of each append's first frame. On a failure nothing of it stays readable."""
         undo = (self.base, self.write_pos, self.prev, self.layout, len(self.layout.groups))
         created: list[int] = []
+        finished: list[ChunkLayout] = []
         offsets: list[int] = []
         parts: list[Buffer] = []  # the group's frames, after its COMMIT frame
         group_start = self.write_pos
@@ -129,6 +133,8 @@ class ChunkWriter:
                     if self._unsynced:
                         self.sync()
                     created.append(pos if parts else group_start)
+                    self.layout.last_crc = self.prev
+                    finished.append(self.layout)
                     self.roll(created[-1], writers.table(claimed))
                     parts = []
                     group_start = self.write_pos
@@ -149,6 +155,7 @@ class ChunkWriter:
         except BaseException:  # an I/O error, or a bug past the write: its appenders hear "not written"
             self._undo(undo, created)
             raise
+        self.finished.extend(finished)
         return offsets
 
     def _write_group(self, start: int, parts: list[Buffer], end: int) -> None:

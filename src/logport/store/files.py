@@ -9,7 +9,7 @@ import mmap
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from logport.config import MAX_SEGMENT_NAME_BYTES
@@ -64,12 +64,43 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         raise OSError(err, f"sync_file_range: {os.strerror(err)}")
 
 
+def replace_durably(path: Path, data: bytes) -> None:
+    """Write `path.tmp`, fdatasync it, rename it over `path`: after a crash `path` holds the old bytes or these,
+    never a part (the rename is durable once the directory is synced, which the caller does if it must)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+@dataclass
+class CorruptRange:
+    """Stored bytes the store knows to be corrupt (found on open), or that an operator gave up
+    (`logport verify --repair`: `given_up` is when, and reads skip the range with a warning)."""
+
+    start: int
+    end: int
+    reason: str
+    groups: int = 0  # commit groups in it, as far as their COMMIT frames can be read
+    given_up: str | None = None  # UTC time of `logport verify --repair`
+
+    def holds(self, start: int, end: int) -> bool:
+        return self.start <= start and end <= self.end
+
+
 @dataclass
 class SegmentState:
-    """What chunk files alone cannot tell: the start offset after truncation, and the seal."""
+    """What chunk files alone cannot tell: the start offset after truncation, the seal, the corrupt ranges."""
 
     start_offset: int = 0
     sealed: bool = False
+    corrupt: list[CorruptRange] = field(default_factory=list)
 
     @classmethod
     def load(cls, seg_dir: Path) -> SegmentState:
@@ -77,17 +108,21 @@ class SegmentState:
             raw = json.loads((seg_dir / STATE_FILE).read_text())
         except FileNotFoundError:
             return cls()
-        return cls(start_offset=int(raw.get("start_offset", 0)), sealed=bool(raw.get("sealed", False)))
+        return cls(start_offset=int(raw.get("start_offset", 0)), sealed=bool(raw.get("sealed", False)),
+                   corrupt=[CorruptRange(**r) for r in raw.get("corrupt", [])])
 
     def save(self, seg_dir: Path) -> None:
-        """Atomically: write a temporary file, fsync it, rename it over, fsync the directory."""
-        tmp = seg_dir / (STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(asdict(self), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, seg_dir / STATE_FILE)
+        """Atomically (replace_durably), the directory synced too. Ranges that truncation passed are forgotten."""
+        self.corrupt = [r for r in self.corrupt if r.end > self.start_offset]
+        replace_durably(seg_dir / STATE_FILE, json.dumps(asdict(self)).encode())
         fsync_dir(seg_dir)
+
+    def given_up(self) -> list[CorruptRange]:
+        return [r for r in self.corrupt if r.given_up]
+
+    def known_corrupt(self) -> list[CorruptRange]:
+        """The corrupt ranges not given up."""
+        return [r for r in self.corrupt if not r.given_up and r.end > self.start_offset]
 
 
 class ChunkReader:

@@ -110,6 +110,27 @@ def complete_prefix(data: bytes | bytearray | memoryview) -> int:
     return pos
 
 
+def next_record_in_python(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, bool]:
+    """The reference of `_eventscan.next_record`: from `pos` (a frame's start), (offset of the first whole frame
+    that is no Event, True), else (where the whole frames end, False)."""
+    end = len(data)
+    unpack = HEADER.unpack_from
+    while pos + HEADER_SIZE <= end:
+        frame_type, length = unpack(data, pos)
+        if pos + HEADER_SIZE + length > end:
+            break
+        if frame_type != EVENT:
+            return pos, True
+        pos += HEADER_SIZE + length
+    return pos, False
+
+
+try:  # runs of small Event frames walked in C (store/_eventscan.c)
+    from logport.store._eventscan import next_record
+except ImportError:  # built without a C compiler
+    next_record = next_record_in_python
+
+
 class ChunkScan:
     """Recovery's rule, fed the whole frames of a chunk one at a time (offsets from the chunk's start).
 
@@ -175,6 +196,52 @@ class ChunkScan:
         if pending is None:
             self.keep = stop
         return True
+
+
+    def add_events(self, start: int, stop: int) -> bool | None:
+        """Account for a run of whole Event frames [start, stop), as `add` would frame by frame; None when that
+        needs the frames one by one (a record's data ends inside the run: not the layout the store writes)."""
+        if self.broken:
+            return False
+        pending = self._pending
+        if pending is not None:
+            if stop > pending[1]:
+                return None
+            if stop < pending[1]:
+                return True
+            if pending[2]:
+                self.writers[pending[2]] = pending[3]
+            self._pending = None
+        self.keep = stop
+        return True
+
+
+def scan_run(data: bytes | bytearray | memoryview, scan: ChunkScan) -> bool:
+    """Feed the frames of `data` (offsets from its start: a v2 commit group's) to `scan` from its restart, the
+    runs of Events between the store's records walked in C; whether the layout held (not broken). The
+    writer state is what a walk of every frame by `add` leaves."""
+    view = memoryview(data)
+    end = len(view)
+    pos = 0
+    while pos < end:
+        at, found = next_record(view, pos)
+        if at > pos:
+            added = scan.add_events(pos, at)
+            if added is None:  # the frames one by one, from the start (the writer state's changes repeat alike)
+                scan.restart()
+                for offset, frame_type, body in iter_frames(view):
+                    if not scan.add(offset, frame_type, len(body), body):
+                        return False
+                return True
+            if not added:
+                return False
+        if not found:
+            return True  # the whole frames end at `at`
+        frame_type, length = HEADER.unpack_from(view, at)
+        if not scan.add(at, frame_type, length, view[at + HEADER_SIZE : at + HEADER_SIZE + length]):
+            return False
+        pos = at + HEADER_SIZE + length
+    return True
 
 
 def recover_chunk(data: bytes | bytearray | memoryview) -> tuple[int, dict[bytes, int]]:

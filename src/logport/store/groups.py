@@ -217,16 +217,24 @@ def walk_chunk(data: Buffer, base: int, *, at: int = 0, prev: int | None = None,
     return layout
 
 
+def why_the_data_ends(rest: Buffer, layout: ChunkLayout) -> str:
+    """Why a walk of a chunk ended at `layout.end`: the check that the chunk's bytes from there (`rest`, to
+    the file's end) fail."""
+    if not rest:
+        return "the chunk file ends"
+    checked = _check_group(rest, 0, layout.end, layout.last_crc if layout.groups else None)
+    return checked if isinstance(checked, str) else "its frames are not whole"
+
+
 def _scan_group(group: memoryview, scan: frames.ChunkScan) -> bool:
     """Feed a group's frames to `scan` (offsets from the group's start: a writer table comes first in
     a chunk's head group); whether they are whole frames in the layout the store writes. The writer
     state is updated in place: a group that fails this passed its checksum, so it is the store's bug or
-    a forgery, and the chunk is reported corrupt either way."""
+    a forgery, and the chunk is reported corrupt either way. The runs of Event frames between the store's
+    records are walked in C (a block of small events a frame at a time in Python was most of a reader's
+    time: 4.9 M frames of 100 bytes, 44 of 55 s)."""
     scan.restart()
-    for offset, frame_type, body in frames.iter_frames(group):
-        if not scan.add(offset, frame_type, len(body), body):
-            return False
-    return scan.keep == len(group)
+    return frames.scan_run(group, scan) and scan.keep == len(group)
 
 
 def _chunk_header_crc(data: Buffer) -> int:

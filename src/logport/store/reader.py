@@ -6,18 +6,23 @@ a v1 chunk's last whole append), and every byte it hands out passed its checksum
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logport.batch import BatchDecodeError, decode_batch, iter_entries
 from logport.config import check_segment_name
-from logport.errors import NoSuchSegment, OffsetTruncated, StoreError
-from logport.store import frames, groups
+from logport.errors import DataGivenUp, NoSuchSegment, OffsetTruncated, StoreError
+from logport.store import frames, groups, marks
+from logport.store.counting import (
+    count_events as count_events,  # where the readers of this module take it
+)
 from logport.store.files import SEGMENTS_DIR, ChunkReader, SegmentState
 from logport.store.verified import VerifiedReads
+
+log = logging.getLogger("logport.store")
 
 READ_SIZE = 4 * 1024 * 1024
 HEADER_WINDOW = 256 * 1024  # bytes read at a time when only frame headers are wanted
@@ -30,6 +35,7 @@ class _Tail:
     layout: groups.ChunkLayout
     scan: frames.ChunkScan = field(default_factory=frames.ChunkScan)
     last_head: bytes = b""  # the head of the last group walked (its COMMIT frame), as it was read
+    point: int = 0  # the recovery point, when the valid data ends below it: the end, the rest refused as corrupt
 
     def head_position(self) -> int:
         layout = self.layout
@@ -42,6 +48,7 @@ class DirectoryReader:
         self._readers: dict[str, ChunkReader] = {}
         self._verified: dict[str, VerifiedReads] = {}
         self._tails: dict[str, _Tail] = {}
+        self._warned: set[tuple[str, int]] = set()  # given-up ranges skipped (and said) already
 
     def segment_names(self) -> list[str]:
         if not self.root.is_dir():
@@ -75,17 +82,23 @@ class DirectoryReader:
 
         Beside a running hub, or after a crash before the restart, the files may end in a torn
         frame or in a multi-frame append not all written: recovery cuts both, so they are not read.
+        Below the segment's recovery point (store/marks.py) nothing is cut: a range there that fails its
+        check is corrupt, and reads of it raise CorruptData.
         """
+        seg_dir = self.root / name
+        found = marks.load(seg_dir) if seg_dir.is_dir() else marks.Marks()  # first: each mark was true by then
         reader = self._reader(name, refresh=True)
         state = SegmentState.load(reader.seg_dir)
+        self._verified[name].recorded = state.corrupt
         if not reader.bases:
             return state.start_offset, state.start_offset, state.sealed
         start = max(state.start_offset, reader.bases[0])
-        return start, max(start, self._recoverable_end(name, reader)), state.sealed
+        return start, max(start, self._recoverable_end(name, reader, found)), state.sealed
 
-    def _recoverable_end(self, name: str, reader: ChunkReader) -> int:
+    def _recoverable_end(self, name: str, reader: ChunkReader, found: marks.Marks | None = None) -> int:
         """The end of what recovery would keep of the last chunk: its last valid commit group (v2), its
-        last whole append (v1). A v2 chunk is walked whole once, then only what was added since.
+        last whole append (v1), or the recovery point when that is higher. A v2 chunk is walked whole once,
+        then only what was added since.
 
         The chunks before it are whole: the store syncs a chunk before it starts the next one.
         """
@@ -102,7 +115,18 @@ class DirectoryReader:
         else:
             verified.follow_last(tail.layout, tail.scan, size)
         tail.last_head = self._head(reader, tail)
-        return tail.layout.end
+        layout = tail.layout
+        point = found.recovery_point(reader.bases[0]) if found is not None else None
+        if point is not None and point.base >= base and point.end > layout.end:
+            if not any(c.start == layout.end and c.end == point.end for c in layout.corrupt):
+                why = (groups.why_the_data_ends(reader.pread(layout.end, base + size - layout.end, base + size),
+                                                layout)
+                       if point.base == base else f"the chunk file of offset {point.base} is missing")
+                bad = marks.below_recovery_point(layout, point, why)
+                assert bad is not None
+                layout.corrupt.append(bad)  # every read of it refused; the layout's groups end where they do
+            tail.point = point.end
+        return max(layout.end, tail.point)
 
     @staticmethod
     def _head(reader: ChunkReader, tail: _Tail) -> bytes:
@@ -122,7 +146,14 @@ class DirectoryReader:
         read = verified.read_view  # views of what was checked: no copy
         offset = start
         while offset < end:
-            data = read(offset, read_size, end, whole=False)
+            try:
+                data = read(offset, read_size, end, whole=False)
+            except DataGivenUp as e:  # an operator gave the range up (`logport verify --repair`): skipped, said once
+                if (name, e.start) not in self._warned:
+                    self._warned.add((name, e.start))
+                    log.warning("%s", e)
+                offset = e.end
+                continue
             if not data:
                 return
             consumed = 0
@@ -200,14 +231,17 @@ class DirectoryReader:
                 return
             time.sleep(poll)
 
-    def describe(self, name: str) -> dict[str, Any]:
-        """A row of `logport segments`: offsets, bytes, events (entries of batches; 1 per opaque event)."""
-        start, end, sealed = self.bounds(name)
-        events = 0
-        for _, body in self.iter_events(name, start, end):
-            events += count_events(body)
-        return {"segment": name, "start_offset": start, "end_offset": end, "bytes": end - start,
-                "events": events, "sealed": sealed}
+    def describe(self, name: str, exact: bool = False) -> dict[str, Any]:
+        """A row of `logport segments` (store/summary.py): offsets, bytes, events (entries of batches; 1 per
+        opaque event), sealed, the corrupt ranges known or met, the ranges given up."""
+        from logport.store.summary import summarize
+
+        return summarize(self, name, exact=exact).row()
+
+    def verified(self, name: str) -> VerifiedReads:
+        """The segment's checked reads."""
+        self._reader(name)
+        return self._verified[name]
 
 
 def frame_headers(reader: ChunkReader, start: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -260,18 +294,3 @@ def walk_frames(pread: Callable[[int, int, int], bytes], start: int, end: int,
                 body = pread(pos + size, length, end)
         yield pos, frame_type, length, body
         pos = stop
-
-
-def count_events(body: bytes | memoryview) -> int:
-    """Entries of a batch (its `size` option when it has one); 1 for an opaque event.
-
-    A body that decodes as a batch but whose entries do not is opaque too: `logport cat`
-    prints it as one raw event, so it counts as one.
-    """
-    try:
-        batch = decode_batch(body)
-        if batch.size is not None:
-            return batch.size
-        return sum(1 for _ in iter_entries(batch.entries))
-    except BatchDecodeError:
-        return 1

@@ -8,6 +8,7 @@ place of `_stage`, then the engine's thread, then `_durable` -> `_written`."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
 import os
@@ -25,7 +26,7 @@ from logport.errors import (
     StoreError,
     StoreWriteFailed,
 )
-from logport.store import engine, frames
+from logport.store import engine, frames, groups, marks
 from logport.store.appends import (
     MAX_WRITER_KEY,
     AppendResult,
@@ -37,15 +38,18 @@ from logport.store.appends import (
     resolve,
 )
 from logport.store.chunkwriter import ChunkWriter, chunk_head
+from logport.store.counting import count_parts
 from logport.store.files import (
     ChunkFiles,
     ChunkReader,
+    CorruptRange,
     SegmentState,
     chunk_path,
     fsync_dir,
     list_chunk_bases,
 )
 from logport.store.groups import COMMIT_SIZE, VERSION, ChunkLayout, walk_chunk
+from logport.store.marks import ChunkMark
 from logport.store.settings import StoreConfig
 from logport.store.verified import VerifiedReads
 from logport.store.writers import WriterState
@@ -53,6 +57,8 @@ from logport.store.writers import WriterState
 __all__ = ["AppendResult", "Buffer", "CheckedRead", "ReadResult", "Segment", "SegmentInfo", "WriterCondition"]
 
 log = logging.getLogger("logport.store")
+
+_BACKFILL_PAUSE = 0.05  # seconds between two older chunks walked for their marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,19 +138,37 @@ class Segment:
         self._closing = False
         self._sealing = False
         self._state_changes = asyncio.Lock()  # truncations (retention's and clients') and the seal, one at a time
+        # recovery points and event counts (store/marks.py): the marks written last (or to write), the events
+        # of each chunk not marked sealed yet up to `end`, and, under fsync=interval, the active chunk's mark
+        # as far as the last interval fsync made it durable
+        self._sealed: dict[int, ChunkMark] = {}  # the chunks that take no more appends
+        self._saved_live: ChunkMark | None = None  # the active chunk's mark written last (its CRC read)
+        self._events: dict[int, int] = {}
+        self._synced: ChunkMark | None = None
+        self._marks_task: asyncio.Task[None] | None = None
+        self._marks_again = False
+        self._points_task: asyncio.Task[None] | None = None
+        self._backfill_task: asyncio.Task[None] | None = None
 
     # --- opening and recovery ---
 
     def open_sync(self, create: bool) -> None:
         """Recover from disk: the active chunk's data ends at its last valid commit group (a v1 chunk's at
-        its last whole append, cut there). Or create the segment's directory."""
+        its last whole append, cut there), unless that is below the recovery point (store/marks.py): then
+        the range up to it is corrupt, kept as it is, and appends go to a new chunk after it. Or create the
+        segment's directory."""
         if create:
             self.dir.mkdir(parents=True, exist_ok=False)
             self.state.save(self.dir)
             self.files.start_chunk(0, chunk_head(0, {})[0])
             fsync_dir(self.dir.parent)
         self.files.clear_leftovers()
+        marks.clear_leftovers(self.dir)
         self.state = SegmentState.load(self.dir)
+        found = marks.load(self.dir)  # before the chunks are listed and walked: each mark was true by then
+        if found.error:
+            log.error("the segment's marks cannot be read; its recovery point is unknown, so recovery cuts a "
+                      "failing last group as a write a crash tore", extra={"segment": self.name, "error": found.error})
         bases = list_chunk_bases(self.dir)
         if not bases:
             self.files.start_chunk(self.state.start_offset, chunk_head(self.state.start_offset, {})[0])
@@ -154,33 +178,61 @@ class Segment:
             chunk_path(self.dir, bases.pop(0)).unlink(missing_ok=True)
         # chunks deleted before the state file recorded it (truncation deletes first)
         self.state.start_offset = max(self.state.start_offset, bases[0])
+        point = found.recovery_point(bases[0])
+        durable = point.end if point is not None else -1  # every group below this was durable: never cut
         while True:
             base = bases[-1]
             path = chunk_path(self.dir, base)
             data = path.read_bytes()
             layout = walk_chunk(data, base)
-            if layout.version == 1 and layout.end - base < len(data):
+            if layout.version == 1 and layout.end - base < len(data) and durable <= base:
                 with open(path, "r+b") as f:  # v1's end is the file's size: cut the torn tail
                     f.truncate(layout.end - base)
                     os.fsync(f.fileno())
-            if len(bases) > 1 and (layout.end == base if layout.version == 1 else not layout.groups and not layout.corrupt):
+            if (len(bases) > 1 and durable <= base
+                    and (layout.end == base if layout.version == 1 else not layout.groups and not layout.corrupt)):
                 path.unlink()  # a chunk torn while it was being started (or with no commit yet): nothing in it
                 bases.pop()
                 continue
             break
-        if layout.version == VERSION and any(data[layout.end - base : layout.end - base + COMMIT_SIZE]):
-            log.warning("recovery ends the segment at its last valid commit group; the bytes after it are a "
-                        "write a crash interrupted (never acknowledged), or, if the hub did not crash, a "
-                        "corrupt last group", extra={"segment": self.name, "end_offset": layout.end,
-                                                     "file": str(path)})
         for bad in layout.corrupt:
             log.error("corrupt data found on open", extra={"segment": self.name, "start": bad.start,
                                                              "end": bad.end, "reason": bad.reason, "file": str(path)})
+            self._record_corrupt(CorruptRange(bad.start, bad.end, bad.reason, 1))
+        quarantined = None
+        if durable > layout.end:
+            assert point is not None
+            why = (groups.why_the_data_ends(data[layout.end - base :], layout) if point.base == base
+                   else f"the chunk file of offset {point.base} is missing")
+            lost = max(1, point.groups - len(layout.groups)) if point.base == base else 0
+            below = marks.below_recovery_point(layout, point, why)
+            assert below is not None
+            quarantined = CorruptRange(below.start, below.end, below.reason, lost)
+            log.error("corrupt data below the recovery point: kept as it is (quarantined), never overwritten; new "
+                      "appends go to a new chunk after it; `logport verify --repair` gives it up",
+                      extra={"segment": self.name, "start": below.start, "end": below.end, "groups": lost,
+                             "bytes": below.end - below.start, "reason": why, "file": str(path)})
+            self._record_corrupt(quarantined)
+        elif layout.version == VERSION and any(data[layout.end - base : layout.end - base + COMMIT_SIZE]):
+            torn = groups.group_extent(data[layout.end - base :], layout.end) or COMMIT_SIZE
+            log.warning("recovery cut a write a crash interrupted (above the recovery point: never acknowledged)",
+                        extra={"segment": self.name, "start": layout.end,
+                               "end": min(layout.end + torn, base + len(data)), "recovery_point": durable,
+                               "file": str(path)})
         self.writer_state.load(layout.writers)
         self.reader = ChunkReader(self.dir)
         self.verified = VerifiedReads(self.name, self.reader, self._on_corrupt)
+        self.verified.recorded = self.state.corrupt
         self.chunk_writer = writer = ChunkWriter(self.dir, self.config, self.reader, self.files, self._on_fsync)
-        if layout.version == 1 or not layout.groups and layout.version != VERSION:
+        self._sealed = {b: m for b, m in found.by_base.items() if b in bases and b != base}
+        events = marks.count_layout(data, layout, point if point is not None and point.base == base else None)
+        if quarantined is not None:
+            # the chunk keeps its valid part's mark; the range after it stays as it is, and the segment goes on
+            # after the recovery point, in a chunk of its own (state first: a crash before the roll finds the
+            # range again and records nothing twice)
+            self._sealed[base] = marks.mark_of(layout, events, marks.SEALED)
+            writer.roll(quarantined.end, dict(layout.writers))
+        elif layout.version == 1 or not layout.groups and layout.version != VERSION:
             # v1, or a v2 chunk whose header was torn while it was started: appends go to a new v2 chunk
             if layout.end == base:
                 path.unlink()
@@ -188,8 +240,30 @@ class Segment:
             writer.roll(layout.end, dict(layout.writers), known=layout.end == base)
         else:
             writer.resume(layout)
+            if layout.end > durable and not create:  # recovered from the page cache after a crash, perhaps
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
         self.verified.set_last(writer.layout)
         self.end = writer.write_pos
+        self._events = {writer.layout.base: events if writer.layout.base == base else 0}
+        live = self._live_mark()
+        kept = found.by_base.get(live.base)
+        if kept is None or kept.end != live.end or quarantined is not None or found.error:
+            try:
+                self._wrote_marks(self._write_marks(list(self._sealed.values()), live), live)
+            except OSError as e:  # a full disk, say: the recovery point stays where it was (lower: safe)
+                log.warning("recording the recovery point failed", extra={"segment": self.name, "error": str(e)})
+        else:
+            self._saved_live = kept
+
+    def _record_corrupt(self, bad: CorruptRange) -> None:
+        """Keep a corrupt range found on open in the segment's state (once)."""
+        if not any(r.start == bad.start and r.end == bad.end for r in self.state.corrupt):
+            self.state.corrupt.append(bad)
+            self.state.save(self.dir)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -200,6 +274,11 @@ class Segment:
         self._task = loop.create_task(self._commit_loop(), name=f"commit:{self.name}")
         if self.config.fsync == "interval":
             self._fsync_task = asyncio.get_running_loop().create_task(self._interval_fsync())
+        if self.config.fsync != "never":
+            self._points_task = loop.create_task(self._recovery_points(), name=f"recovery-point:{self.name}")
+        assert self.reader is not None
+        if any(b not in self._sealed for b in self.reader.bases[:-1]):
+            self._backfill_task = loop.create_task(self._mark_older_chunks(), name=f"marks:{self.name}")
         self._prepare_next()
 
     def _prepare_next(self) -> None:
@@ -225,17 +304,18 @@ class Segment:
     # --- appends ---
 
     def submit(self, parts: list[Buffer], writer: WriterCondition | None,
-               multi: bool = True) -> asyncio.Future[AppendResult]:
+               multi: bool = True, events: int | None = None) -> asyncio.Future[AppendResult]:
         """Append whole frames given as buffers: they are queued (or wait for room, first come first
         served) before this returns, so calls are stored in their order; the future completes once
         they are durable per the fsync policy. Cancelling it gives up a turn still waiting for room;
-        once queued, the frames are written all the same (a cancelled append's outcome is unknown)."""
+        once queued, the frames are written all the same (a cancelled append's outcome is unknown). `events`:
+        what store/counting.py counts in the frames, when the caller knows it (else the store counts them)."""
         self._check_open()
         if writer is not None and len(writer.key) > MAX_WRITER_KEY:
             raise StoreError(f"writer key of {len(writer.key)} bytes for segment {self.name!r} "
                              f"exceeds the limit of {MAX_WRITER_KEY}")
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        pending = PendingAppend(parts, writer, future, multi)
+        pending = PendingAppend(parts, writer, future, multi, events)
         if self._waiters or self.pending_bytes >= self.config.max_pending_bytes:
             # back-pressure: _release_waiters queues them in the order they came
             self._waiters.append(pending)
@@ -358,7 +438,8 @@ class Segment:
     def _written(self, groups: list[CommitGroup], offsets: list[int], end: int, layout: ChunkLayout) -> None:
         self.end = end
         assert self.verified is not None
-        if self.verified.last is not layout:  # the writer started a chunk: readers walk it from now on
+        rolled = self.verified.last is not layout
+        if rolled:  # the writer started a chunk: readers walk it from now on
             self.verified.set_last(layout)
         self._prepare_next()
         offset = iter(offsets)
@@ -372,9 +453,162 @@ class Segment:
             self._done(group.batch)
         self._tail.set()
         self._tail = asyncio.Event()
+        self._count(groups, offsets, layout.base)
+        if rolled:
+            self._mark_rolled()
         if self._on_commit is not None:
             accepted = [p for g in groups for p in g.accepted]
             self._on_commit(self.name, len(accepted), sum(p.size for p in accepted))
+
+    # --- recovery points and event counts (store/marks.py) ---
+
+    def _count(self, groups: list[CommitGroup], offsets: list[int], active: int) -> None:
+        """Add the events of written appends to their chunks' counts (after they were answered)."""
+        counts = self._events
+        offset = iter(offsets)
+        for group in groups:
+            for p in group.accepted:
+                at = next(offset)
+                base = active if at >= active else self._chunk_of(at)
+                counts[base] = counts.get(base, 0) + (p.events if p.events is not None else count_parts(p.parts))
+
+    def _chunk_of(self, offset: int) -> int:
+        assert self.reader is not None
+        return self.reader.chunk_span(offset, offset)[0]
+
+    def _mark_rolled(self) -> None:
+        """The chunks the writer rolled from are complete: their marks (sealed) are written soon."""
+        assert self.chunk_writer is not None
+        finished = self.chunk_writer.finished
+        while finished:
+            layout = finished.popleft()
+            self._sealed[layout.base] = marks.mark_of(layout, self._events.pop(layout.base, 0), marks.SEALED)
+        self._save_marks_soon()
+
+    def _live_mark(self, flags: int = 0) -> ChunkMark:
+        """The active chunk's mark at the segment's end (its CRC read when it is written)."""
+        assert self.verified is not None and self.verified.last is not None
+        layout = self.verified.last
+        at = bisect.bisect_left(layout.groups, self.end)  # the writer may be appending groups past `end`
+        last = layout.groups[at - 1] if at else layout.base
+        return ChunkMark(layout.base, self.end, last, -1, at, self._events.get(layout.base, 0), flags)
+
+    def _durable_mark(self) -> ChunkMark | None:
+        """The active chunk's mark as far as its data is durable: at the end (fsync=always: nothing is
+        answered before), as of the last interval fsync, or not known (fsync=never: at rolls and stops)."""
+        if self.config.fsync == "always":
+            return self._live_mark()
+        return self._synced if self.config.fsync == "interval" else None
+
+    async def _mark_older_chunks(self) -> None:
+        """Chunks written before the marks (or whose mark was lost), walked one at a time in the background and
+        marked, so that `logport segments` need not walk them again; one that fails its checks stays unmarked."""
+        assert self.reader is not None
+        loop = asyncio.get_running_loop()
+        bases = self.reader.bases
+        marked = 0
+        for base, following in zip(bases[:-1], bases[1:], strict=True):
+            if self._closing:
+                return
+            if base in self._sealed or base < self.state.start_offset:
+                continue
+            try:
+                mark = await loop.run_in_executor(None, self._walk_for_mark, base, following)
+            except OSError:  # retention dropped it meanwhile, say
+                continue
+            if mark is not None:
+                self._sealed[base] = mark
+                marked += 1
+            await asyncio.sleep(_BACKFILL_PAUSE)  # behind the appends
+        if marked:
+            self._save_marks_soon()
+
+    def _walk_for_mark(self, base: int, following: int) -> ChunkMark | None:
+        path = chunk_path(self.dir, base)
+        with open(path, "rb") as f:
+            if groups.chunk_version(f.read(groups.CHUNK_HEADER_SIZE + COMMIT_SIZE), base) != VERSION:
+                return None  # v1 (no checksums to mark by) or a damaged head: counted by walking
+        data = path.read_bytes()
+        layout = walk_chunk(data, base)
+        if layout.version != VERSION or layout.corrupt or layout.end != following:
+            return None
+        return marks.mark_of(layout, marks.count_layout(data, layout), marks.SEALED)
+
+    async def _recovery_points(self) -> None:
+        """At most every store.recovery_point_interval seconds, record the recovery point if it moved."""
+        while not self._closing:
+            await asyncio.sleep(self.config.recovery_point_interval)
+            mark = self._durable_mark()
+            saved = self._saved_live
+            if mark is not None and (saved is None or (mark.base, mark.end) != (saved.base, saved.end)) \
+                    and not self._closing:
+                self._save_marks_soon()
+
+    def _save_marks_soon(self) -> None:
+        """Write the marks in a worker thread, one write at a time (a request meanwhile makes one more)."""
+        if self._marks_task is not None and not self._marks_task.done():
+            self._marks_again = True
+            return
+        self._marks_task = asyncio.get_running_loop().create_task(self._save_marks())
+
+    async def _save_marks(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._marks_again = False
+            live = self._durable_mark()
+            try:
+                written = await loop.run_in_executor(None, self._write_marks, list(self._sealed.values()), live)
+            except OSError as e:  # a full disk, say: the recovery point stays where it was (lower: safe)
+                log.warning("recording the recovery point failed", extra={"segment": self.name, "error": str(e)})
+            else:
+                self._wrote_marks(written, live)
+            if not self._marks_again or self._closing:
+                return
+
+    def _write_marks(self, sealed: list[ChunkMark], live: ChunkMark | None) -> list[ChunkMark]:
+        """In a worker thread (or while opening, or on close): the marks of the chunks still there, their
+        CRCs read from the chunks, written; what was written. Without a `live` mark (its durable end not
+        known since: fsync=never, or interval before its first fsync) the last one written stays, unless its
+        chunk is sealed since."""
+        assert self.reader is not None
+        first = self.reader.bases[0] if self.reader.bases else 0
+        done: list[ChunkMark] = []
+        saved = self._saved_live
+        if live is None and saved is not None and not any(m.base == saved.base for m in sealed):
+            live = saved
+        for mark in [*sealed, *([live] if live is not None else [])]:
+            if mark.base < first:
+                continue  # retention dropped it
+            try:
+                done.append(marks.fill_crc(mark, self._pread_chunk(mark.base)))
+            except FileNotFoundError:
+                continue
+        marks.save(self.dir, done)
+        return done
+
+    def _wrote_marks(self, written: list[ChunkMark], live: ChunkMark | None) -> None:
+        """The sealed marks kept with their CRCs (those of chunks dropped meanwhile forgotten), and the active
+        chunk's mark as written."""
+        first = min((m.base for m in written), default=0)
+        for mark in written:
+            if mark.sealed and mark.base in self._sealed:
+                self._sealed[mark.base] = mark
+            elif live is not None and mark.base == live.base:
+                self._saved_live = mark
+        for base in [b for b in self._sealed if b < first]:
+            del self._sealed[base]
+
+    def _pread_chunk(self, base: int) -> Callable[[int, int], bytes]:
+        path = chunk_path(self.dir, base)
+
+        def pread(position: int, n: int) -> bytes:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return os.pread(fd, n, position)
+            finally:
+                os.close(fd)
+
+        return pread
 
     def _failed(self, groups: list[CommitGroup], error: BaseException) -> None:
         self._fail_groups(groups, self._write_failed(error))
@@ -407,10 +641,13 @@ class Segment:
             writer = self.chunk_writer
             if writer is not None and writer.dirty:
                 writer.dirty = False
+                synced = self._live_mark()  # what this fdatasync makes durable (a roll syncs the chunk before)
                 try:
                     await loop.run_in_executor(None, writer.sync_interval)
                 except OSError:
                     writer.dirty = True
+                else:
+                    self._synced = synced
 
     # --- reads ---
 
@@ -567,11 +804,20 @@ class Segment:
         self._tail.set()
         if self._task is not None:
             await self._task
-        if self._fsync_task is not None:
-            self._fsync_task.cancel()
+        for task in (self._fsync_task, self._points_task, self._backfill_task):
+            if task is not None:
+                task.cancel()
+        if self._marks_task is not None:
+            await asyncio.wait([self._marks_task])
         if self._engine is not None:
             self._engine.close()
         if self.chunk_writer is not None:
-            self.chunk_writer.close()
+            self.chunk_writer.close()  # synced: the end is durable, and the next start opens here
+            if self.verified is not None and self.verified.last is not None:
+                try:
+                    self._write_marks(list(self._sealed.values()), self._live_mark(marks.CLEAN))
+                except OSError as e:
+                    log.warning("recording the recovery point at the stop failed",
+                                extra={"segment": self.name, "error": str(e)})
         if self.reader is not None:
             self.reader.close()

@@ -19,7 +19,7 @@ from logport.errors import (
 )
 from logport.metrics import Metrics
 from logport.store import frames
-from logport.store.files import SEGMENTS_DIR
+from logport.store.files import SEGMENTS_DIR, CorruptRange
 from logport.store.lock import DataDirectoryLock
 from logport.store.segment import (
     AppendResult,
@@ -63,11 +63,12 @@ class SegmentStore:
         self._segments: dict[str, Segment] = {}
         self._creating: dict[str, asyncio.Future[Segment]] = {}
         # appends waiting for their segment to be created, in the order they were made (_submit_in_order)
-        self._lines: dict[str, list[tuple[list[Buffer], WriterCondition | None, bool,
+        self._lines: dict[str, list[tuple[list[Buffer], WriterCondition | None, bool, int | None,
                                           asyncio.Future[AppendResult]]]] = {}
         self._line_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._lock: DataDirectoryLock | None = None
+        self._corrupt_seen: set[str] = set()  # segments with a corrupt-groups series
 
     @classmethod
     async def open(cls, config: StoreConfig, metrics: Metrics | None = None) -> SegmentStore:
@@ -115,6 +116,19 @@ class SegmentStore:
         """Gauges read live from the segment whenever /metrics is scraped."""
         self.metrics.pending_bytes.labels(segment.name).set_function(lambda: segment.pending_bytes)
         self._update_gauges(segment)
+        self._update_corrupt(segment)
+
+    def _update_corrupt(self, segment: Segment) -> None:
+        """The corrupt-groups gauge (on open, and as truncation passes ranges); a segment whose state records no
+        corrupt range (found on open, or given up since) gets no series."""
+        known = segment.state.known_corrupt()
+        if segment.state.corrupt or segment.name in self._corrupt_seen:
+            self._corrupt_seen.add(segment.name)
+            self.metrics.corrupt_groups.labels(segment.name).set(sum(max(1, r.groups) for r in known))
+
+    def corrupt_segments(self) -> dict[str, list[CorruptRange]]:
+        """The segments holding corrupt ranges found on open and not given up (GET /ready says so)."""
+        return {name: known for name, segment in self._segments.items() if (known := segment.state.known_corrupt())}
 
     def _update_gauges(self, segment: Segment) -> None:
         info = segment.info()
@@ -178,10 +192,11 @@ class SegmentStore:
     # --- appends ---
 
     async def append(self, name: str, bodies: Sequence[bytes | memoryview], *,
-                     writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
+                     writer: WriterCondition | None = None, create: bool = True, events: int | None = None) -> AppendResult:
         """Append events (one frame each) atomically; returns once durable per the fsync policy.
 
-        The bodies are written as they are (no copy): they must not change until this returns.
+        The bodies are written as they are (no copy): they must not change until this returns. `events`: what
+        store/counting.py counts in them (`logport segments`), when the caller knows it; else the store counts.
         """
         limit = self.config.max_frame_size
         for body in bodies:
@@ -194,7 +209,7 @@ class SegmentStore:
         for body in bodies:
             parts.append(pack(frames.EVENT, len(body)))
             parts.append(body)
-        return await self._submit_in_order(name, parts, writer, len(bodies) > 1, create)
+        return await self._submit_in_order(name, parts, writer, len(bodies) > 1, create, events)
 
     async def append_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                             writer: WriterCondition | None = None, create: bool = True) -> AppendResult:
@@ -204,16 +219,17 @@ class SegmentStore:
         that it does not change until this returns (it is written without a copy). Like every
         append it is all-or-nothing across a crash.
         """
-        return await self._submit_in_order(name, [framed], writer, True, create)
+        return await self._submit_in_order(name, [framed], writer, True, create, None)
 
     def submit(self, name: str, parts: list[Buffer], *, writer: WriterCondition | None = None, multi: bool = True,
-               create: bool = True) -> asyncio.Future[AppendResult]:
+               create: bool = True, events: int | None = None) -> asyncio.Future[AppendResult]:
         """Queue whole frames given as buffers (the caller vouches for them, as for `append_framed`), without
         the wait, for a caller that makes one future per append and no task (a Forward chunk): queued, or in
         line behind the segment's creation (`create`), before this returns, so calls to one segment are
         stored in their order. `multi`: the frames are one atomic group (a record marks them; not needed for
-        one frame without a writer). The future completes as `append` returns, or with what it raises."""
-        return self._submit_in_order(name, parts, writer, multi, create)
+        one frame without a writer). The future completes as `append` returns, or with what it raises. `events`:
+        as for `append`."""
+        return self._submit_in_order(name, parts, writer, multi, create, events)
 
     def submit_framed(self, name: str, framed: bytes | bytearray | memoryview, *,
                       writer: WriterCondition | None = None) -> asyncio.Future[AppendResult]:
@@ -221,17 +237,17 @@ class SegmentStore:
         the frames are queued (or in line behind appends waiting for the segment's creation) before
         this returns, so calls are stored in their order. The segment must exist. The future
         completes as `append_framed` returns (see Segment.submit)."""
-        return self._submit_in_order(name, [framed], writer, True, create=False)
+        return self._submit_in_order(name, [framed], writer, True, False, None)
 
     def _submit_in_order(self, name: str, parts: list[Buffer], writer: WriterCondition | None, multi: bool,
-                         create: bool) -> asyncio.Future[AppendResult]:
+                         create: bool, events: int | None) -> asyncio.Future[AppendResult]:
         """Queue an append now, or, while its segment is being created, in line behind the appends
         made before it: awaiting the creation, the appends of one connection that came before a
         created segment existed were queued after those that came once it did (a Forward client's
         events 1-2925 of 5000 were stored after 2926-4999)."""
         segment = self._segments.get(name)
         if segment is not None and name not in self._lines:
-            return self._submit(segment, parts, writer, multi)
+            return self._submit(segment, parts, writer, multi, events)
         if segment is None and not create:
             raise NoSuchSegment(name)
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
@@ -241,7 +257,7 @@ class SegmentStore:
             task = asyncio.get_running_loop().create_task(self._open_line(name))
             self._line_tasks.add(task)
             task.add_done_callback(self._line_tasks.discard)
-        line.append((parts, writer, multi, future))
+        line.append((parts, writer, multi, events, future))
         return future
 
     async def _open_line(self, name: str) -> None:
@@ -260,17 +276,17 @@ class SegmentStore:
             if not isinstance(e, Exception):
                 raise
             return
-        for parts, writer, multi, future in self._lines.pop(name):
+        for parts, writer, multi, events, future in self._lines.pop(name):
             if future.done():  # cancelled while in line
                 continue
             try:
-                _relay(self._submit(segment, parts, writer, multi), future)
+                _relay(self._submit(segment, parts, writer, multi, events), future)
             except StoreError as e:  # sealed or closing meanwhile
                 future.set_exception(e)
 
     def _submit(self, segment: Segment, parts: list[Buffer], writer: WriterCondition | None,
-                multi: bool = True) -> asyncio.Future[AppendResult]:
-        future = segment.submit(parts, writer, multi)
+                multi: bool = True, events: int | None = None) -> asyncio.Future[AppendResult]:
+        future = segment.submit(parts, writer, multi, events)
         future.add_done_callback(lambda f: self._count(segment, f))
         return future
 
@@ -308,6 +324,7 @@ class SegmentStore:
     async def truncate(self, name: str, offset: int) -> SegmentInfo:
         info = await self.segment(name).truncate(offset)
         self._update_gauges(self.segment(name))
+        self._update_corrupt(self.segment(name))
         return info
 
     async def enforce_retention(self) -> None:

@@ -28,9 +28,9 @@ from typing import overload
 
 from crc32c import crc32c
 
-from logport.errors import CorruptData
+from logport.errors import CorruptData, DataGivenUp
 from logport.store import frames, groups
-from logport.store.files import ChunkReader, chunk_path
+from logport.store.files import ChunkReader, CorruptRange, chunk_path
 
 _LAYOUTS_KEPT = 8  # layouts of chunks other than the last
 _SPANS_KEPT = 4  # checked spans kept for readers at different places of one segment (to _KEPT_TOTAL)
@@ -127,6 +127,9 @@ class VerifiedReads:
         self._scratch: bytearray | None = None  # the windows of a walk that keeps nothing
         self._maps: collections.OrderedDict[int, mmap.mmap] = collections.OrderedDict()  # base -> its file, mapped
         self._checked: dict[int, tuple[int, int, float]] = {}  # base -> [start, end) checked through the mapping, when
+        # the corrupt ranges the segment's state records (found on open; given up by `logport verify --repair`:
+        # DataGivenUp, not CorruptData)
+        self.recorded: list[CorruptRange] = []
 
     def set_last(self, layout: groups.ChunkLayout) -> None:
         """The last chunk's layout from now on. The one before is kept when it is whole (it ends where the new
@@ -217,11 +220,11 @@ class VerifiedReads:
             return layout
         return kept.layout
 
-    @staticmethod
-    def _ends_at_next(layout: groups.ChunkLayout, next_base: int) -> None:
+    def _ends_at_next(self, layout: groups.ChunkLayout, next_base: int) -> None:
         if layout.version != 1 and layout.end < next_base:  # a chunk before the last ends where the next starts
-            layout.corrupt.append(groups.Corrupt(layout.end, next_base, f"the chunk's valid data ends at "
-                                                 f"{layout.end}, before the next chunk starts at {next_base}"))
+            layout.corrupt.append(groups.Corrupt(layout.end, next_base, recorded_reason(
+                self.recorded, layout.end, next_base,
+                f"the chunk's valid data ends at {layout.end}, before the next chunk starts at {next_base}")))
 
     def _walk_whole(self, base: int, stop: int) -> tuple[groups.ChunkLayout, frames.ChunkScan]:
         scan = frames.ChunkScan()
@@ -503,10 +506,20 @@ class VerifiedReads:
         return data
 
     def _corrupt(self, start: int, end: int, base: int, reason: str) -> None:
-        error = CorruptData(self.name, start, end, os.fspath(chunk_path(self.chunks.seg_dir, base)), reason)
+        path = os.fspath(chunk_path(self.chunks.seg_dir, base))
+        for known in self.recorded:
+            if known.given_up and known.holds(start, end):
+                raise DataGivenUp(self.name, start, end, path, known.reason, known.given_up)
+        error = CorruptData(self.name, start, end, path, reason)
         if self._on_corrupt is not None:
             self._on_corrupt(error)
         raise error
+
+
+def recorded_reason(recorded: list[CorruptRange], start: int, end: int, otherwise: str) -> str:
+    """Why the segment's state says [start, end) is corrupt (what recovery found there: a range it kept
+    below the recovery point ends a chunk before the next one's start), else `otherwise`."""
+    return next((r.reason for r in recorded if (r.start, r.end) == (start, end)), otherwise)
 
 
 def _whole_groups(layout: groups.ChunkLayout, base: int, offset: int, n: int) -> tuple[int, int, list[int]]:
