@@ -231,12 +231,13 @@ class LakeWriter:
         return entry
 
     def _write_table(self, df: DataFrame, table: Table, path: Path) -> list[Path]:
-        """The table's rows as Parquet under `path` (one file per partition value for aggregates, each sorted by
-        the table's keys); the files written."""
+        """The table's rows as Parquet under `path` (one file per partition value for aggregates, as many as the
+        session's cores for detail tables; each sorted by the table's keys); the files written."""
         partition = list(table.partition)
         keys = sort_columns(table)
-        if table.merge is not None:  # aggregates: few rows, one task writes them, one file per partition value
-            df = df.coalesce(1)
+        # aggregates: few rows, one task writes them, one file per partition value; detail tables (events, stored
+        # requests) at most a file per core and partition value, whatever the shuffles before them left
+        df = df.coalesce(1 if table.merge is not None else df.sparkSession.sparkContext.defaultParallelism)
         writer = df.sortWithinPartitions(*partition, *keys).write.mode("overwrite")
         if partition:
             writer = writer.partitionBy(*partition)
