@@ -286,7 +286,7 @@ def generate(seed: int = 11, requests: int = 1500) -> Traffic:
         body = g.request("shop-production", ms, quirk)
         g.add("shop-production", "logs.shop.production", body, ms)
     # dropped: bad started_at, clock drift
-    for i, (name, value) in enumerate(BAD_STARTED_AT.items()):
+    for i, value in enumerate(BAD_STARTED_AT.values()):
         body = g.request("shop-preview", BASE_MS + i * 1000)
         if value is None:
             body.pop("started_at")
@@ -314,7 +314,7 @@ def _frontend(g: Generator) -> None:
     backend = [b for b in g.backend_ids]
     rng.shuffle(backend)
     zone = APP_ZONES["shop-production"]
-    for i, (stream, rid, ms) in enumerate(backend[:220]):
+    for stream, rid, ms in backend[:220]:
         kind = rng.choice(["page", "page", "ajax"])
         delay = rng.choice([300, 2_000, 30_000, -20_000, 200_000, -250_000, 400_000])  # the last: too far
         at = ms + delay
@@ -349,8 +349,15 @@ def _frontend(g: Generator) -> None:
         g.add("shop-production", topic, body, at)
         if case == "duplicate":
             g.add("shop-production", topic, dict(body, started_ms=at + 5), at + 5)
+    # pages whose marks are all 0 (nav_timing, decided after the match), shortly after their backend request:
+    # the random cases above may miss it
+    for stream, rid, ms in backend[220:226]:
+        at = ms + 300
+        g.add("shop-production", "frontend.page",
+              {"started_at": started_at(at, zone), "logjam_action": "Orders#show", "rts": rts_page(0),
+               "logjam_request_id": f"{stream}-{rid}", "user_agent": AGENTS[2]}, at)
     # frontend messages for a backend-only page, and without rts
-    for i in range(3):
+    for _ in range(3):
         health = next(b for b in g.traffic.messages if b.topic.startswith("logs.shop.production")
                       and b.body.get("action") == "Health#ping" and isinstance(b.body.get("request_id"), str))
         at = health.body["started_ms"] + 1000
