@@ -327,6 +327,7 @@ class LakeRun:
         # deserialized: the serialized levels' unroll of VARIANT records ran a 1 GB driver out of heap (2M logjam
         # requests, local[2]), this one spills to disk
         events = events.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        releases: list[Callable[[], object]] = []  # the builders' (ctx.after_commit)
         try:
             counts = events.agg(
                 F.count(F.lit(1)).alias("rows"), F.max(F.when(micros <= F.lit(future), micros)).alias("max_time"),
@@ -340,9 +341,11 @@ class LakeRun:
                                        "max_time_us": latest, "watermark_us": bound,
                                        "committed_at": datetime.now(UTC).isoformat(timespec="seconds")})
             if rows > outside:  # else nothing to build: the state stays as it is
-                self._build(events.where(inside), events.where(~late & inside), batch, output)
+                releases = self._build(events.where(inside), events.where(~late & inside), batch, output)
             entry = self.writer.commit(batch, output)
         finally:
+            for release in releases:
+                release()
             events.unpersist()
         files = sum(len(v) for v in entry.files.values())
         self.progress.say(f"batch {batch}: {rows} events read" + (f", {late_rows} behind the watermark" if late_rows
@@ -352,18 +355,27 @@ class LakeRun:
                              if entry.replaces else ""))
         return entry
 
-    def _build(self, selected: DataFrame, counted: DataFrame, batch: int, output: BatchOutput) -> None:
+    def _build(self, selected: DataFrame, counted: DataFrame, batch: int,
+               output: BatchOutput) -> list[Callable[[], object]]:
         """Run the builders: on the events `counted` (in --since/--until, not behind the watermark), archives
-        on every one `selected` (late ones too: the watermark finalises counts, it does not lose events)."""
+        on every one `selected` (late ones too: the watermark finalises counts, it does not lose events). Their
+        tables are lazy (the commit writes them); what they persisted for the batch is returned, to release after
+        it (ctx.after_commit), also when a builder failed."""
         spark = selected.sparkSession  # a micro-batch's: the streaming query's own session
         state_in, blob_in = self.writer.state_readers(spark)
         ctx = BatchContext(spark, batch, self.settings, self.streaming, self.streams, state_in, blob_in)
-        for name, builder in self.builders:
-            built = split_output(name, builder(selected if name in ARCHIVES else counted, ctx), self.contract)
-            output.tables.update(built.tables)
-            output.state.update(built.state)
+        try:
+            for name, builder in self.builders:
+                built = split_output(name, builder(selected if name in ARCHIVES else counted, ctx), self.contract)
+                output.tables.update(built.tables)
+                output.state.update(built.state)
+        except BaseException:
+            for release in ctx.after_commit:
+                release()
+            raise
         output.blobs.update(ctx.blobs_out)
         output.info["counters"] = dict(ctx.counters)
+        return ctx.after_commit
 
 
 class Progress:
