@@ -122,3 +122,53 @@ def remove_baseline_tree(tree: Path) -> None:
 def load_average() -> str:
     """`uptime`'s three load averages, for the record beside a figure."""
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+async def store_batches(data_dir: str, bodies: list[bytes], segment: str = "logjam") -> None:
+    """Store the batches in a new data directory's `segment`, 64 an append (the Spark scenarios' input)."""
+    from logport.config import StoreConfig
+    from logport.store import SegmentStore
+
+    store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never"))
+    try:
+        for i in range(0, len(bodies), 64):
+            await store.append(segment, bodies[i : i + 64])
+    finally:
+        await store.close()
+
+
+def write_json_lines(path: Path, bodies: list[bytes], segment: str = "logjam") -> None:
+    """The stored batches' events as `logport cat` prints them, one JSON line each (what Spark's JSON reader reads
+    beside the logport source)."""
+    from logport.eventjson import dumps_event, event_objects
+
+    offset = 0
+    with open(path, "wb") as out:
+        for body in bodies:
+            out.write(b"".join(dumps_event(obj) + b"\n" for obj in event_objects(segment, offset, body)))
+            offset += 8 + len(body)
+
+
+def session_cpu_seconds() -> float:
+    """CPU-seconds of this process and everything it started (the JVM, its Python daemons and workers),
+    with what their children that have exited used (cutime, cstime): Spark's Python workers come and go."""
+    total = 0
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def timed(action) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(seconds, session CPU-seconds) of one action (a Spark read, a job)."""
+    cpu = session_cpu_seconds()
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started, session_cpu_seconds() - cpu

@@ -18,15 +18,13 @@ import random
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _common import store_batches, timed, write_json_lines  # noqa: E402
+
 from logport.batch import encode_batch
-from logport.config import StoreConfig
-from logport.eventjson import dumps_event, event_objects
-from logport.store import SegmentStore
 
 BASE_S = 1_795_000_000
 ACTIONS = ["Orders#index", "Orders#show", "Carts#update", "Search#query", "Users#login", "Health#ping"]
@@ -59,48 +57,6 @@ def make_batches(events: int, batch_size: int) -> list[bytes]:
                                    {"size": n, "source": "logjam", "app_env": "shop-production",
                                     "peer": "127.0.0.1:5000", "sequence": start // batch_size + 1}))
     return bodies
-
-
-async def store_batches(data_dir: str, bodies: list[bytes]) -> None:
-    store = await SegmentStore.open(StoreConfig(data_dir=data_dir, fsync="never"))
-    try:
-        for i in range(0, len(bodies), 64):
-            await store.append("logjam", bodies[i : i + 64])
-    finally:
-        await store.close()
-
-
-def write_json_lines(path: Path, bodies: list[bytes]) -> None:
-    offset = 0
-    with open(path, "wb") as out:
-        for body in bodies:
-            out.write(b"".join(dumps_event(obj) + b"\n" for obj in event_objects("logjam", offset, body)))
-            offset += 8 + len(body)
-
-
-def session_cpu_seconds() -> float:
-    """CPU-seconds of this process and everything it started (the JVM, its Python daemons and workers),
-    with what their children that have exited used (cutime, cstime): Spark's Python workers come and go."""
-    total = 0
-    pending = [os.getpid()]
-    while pending:
-        pid = pending.pop()
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                pending.extend(int(c) for c in (task / "children").read_text().split())
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def timed(action) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """(seconds, session CPU-seconds) of one read."""
-    cpu = session_cpu_seconds()
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started, session_cpu_seconds() - cpu
 
 
 def baseline_python(rev: str, work: Path) -> str:

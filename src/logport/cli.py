@@ -52,6 +52,7 @@ BENCH_NEEDS: dict[str, tuple[str, str]] = {
                "--peer logjam-device"),
     "logs": ("4-8 min", "Java for PySpark (`make java`); the test corpus (tests/spark/logcorpus.py)"),
     "lumberjack": ("2-4 min", "git and pip to build the --baseline commit it runs beside this checkout ('' to skip)"),
+    "pipeline": ("15-30 min", "Java for PySpark (`make java`); some 3 GB free for its data (--dir)"),
     "segment": ("2-4 min", "nothing more"),
     "segments": ("1-2 min, and the first run makes its data directory", "--gib of disk under --dir (10 by default)"),
     "spark": ("2-4 min", "Java for PySpark (`make java`); git and pip to build the --baseline commit, if given"),
@@ -526,7 +527,8 @@ def pipeline_parser() -> argparse.ArgumentParser:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    """The job, its Spark warnings silenced, and a Spark error that wraps ours (the data source's) said as ours."""
+    """The job, its Spark warnings silenced, and its errors said in one line as the job's: ours (the runner reads
+    the hubs' offsets itself), and a Spark error that wraps ours (the data source's) as ours."""
     from logport.spark import errors as spark_errors
     from logport.spark.log4j import quiet_spark_logs
 
@@ -535,11 +537,14 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     try:
         return int(importlib.import_module(PIPELINE_MODULE).main(options))
     except Exception as e:
-        cause = None if args.debug else spark_errors.cause(e)
-        if cause is None:
+        if args.debug:
             raise
-        print(f"logport pipeline: {cause}", file=sys.stderr)
-        return 1
+        code = exit_code(e) if isinstance(e, LogportError) else None
+        said = str(e) if code else spark_errors.cause(e)
+        if said is None:
+            raise
+        print(f"logport pipeline: {said}", file=sys.stderr)
+        return code or 1
 
 
 def ui_parser() -> argparse.ArgumentParser:

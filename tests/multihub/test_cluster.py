@@ -198,7 +198,9 @@ def check_tables(spark: Any, out: Path, stored: Counter[str], address_of: dict[s
     assert seen >= ids  # every acknowledged event
     minutes = {(r.segment, r.tag, r.minute): r["count"] for r in events.groupBy(
         "segment", "tag", F.window("time", "1 minute").start.alias("minute")).count().collect()}
-    traffic = {(r.segment, r.tag, r.minute): r.events for r in spark.read.parquet(str(out / "traffic")).collect()}
+    # a minute's row per batch that counted some of its events: the lake's readers add them up
+    traffic = {(r.segment, r.tag, r.minute): r.events for r in spark.read.parquet(str(out / "traffic")).groupBy(
+        "segment", "tag", "minute").agg(F.sum("events").alias("events")).collect()}
     assert all(traffic[key] == minutes.get(key) for key in traffic), "traffic disagrees with events"
     if not streaming:
         assert traffic == minutes
@@ -256,7 +258,7 @@ def run_on_cluster(spark: Any, tmp_path: Path, driver: Driver, hubs: list[HubPro
     shipper.start()
     run_log = tmp_path / "stream-1.log"
     run = driver.run(stream + TEST_SETTINGS, tmp_path, run_log)
-    checkpoint = lake / "stream" / "_checkpoints" / "events"
+    checkpoint = lake / "stream" / "_checkpoints"
     wait_for(lambda: batches(checkpoint, "commits"), 300, "committed micro-batch", run_log, run)
     say("streaming run: first micro-batch committed")
     # the executors run the shipped environment's Python, unpacked in their working directories
@@ -291,9 +293,9 @@ def run_on_cluster(spark: Any, tmp_path: Path, driver: Driver, hubs: list[HubPro
     # the runs' logs name each fault they met: the lost worker, the hub that did not answer (the run's
     # last word), the checkpoint it resumed from
     assert re.search(rf"Lost executor \d+ on {re.escape(lan.addresses['worker1'])}", first_run), first_run[-5000:]
-    failure = [line for line in first_run.splitlines() if line.startswith("logport: ")]
+    failure = [line for line in first_run.splitlines() if line.startswith("logport pipeline: ")]
     assert failure and f"hub {hubs[1].server()} " in failure[-1], first_run[-5000:]
-    assert re.search(r"logport_events: resumed from its checkpoint at micro-batch [1-9]", second_run), second_run
+    assert re.search(r"logport_pipeline: resumed from its checkpoint at micro-batch [1-9]", second_run), second_run
     stored = stored_per_hub(spark, servers, address_of)
     assert sum(stored.values()) >= sum(shipper.acked.values()) > 1000
     check_tables(spark, lake / "stream", stored, address_of, shipper.ids, streaming=True)

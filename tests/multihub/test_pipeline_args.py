@@ -22,16 +22,15 @@ def parse(*argv: str) -> argparse.Namespace:
 ])
 def test_servers_become_one_source_option(argv: list[str], server: str) -> None:
     options = pipeline.source_options(parse(*argv, "--timeout", "5"))
-    assert options["server"] == server and options["timeout"] == "5.0" and options["record"] == "variant"
+    assert options == {"server": server, "timeout": "5.0"}
 
 
-def test_data_dir_and_record_json() -> None:
-    options = pipeline.source_options(parse("--data-dir", "d", "--record", "json"))
-    assert options == {"path": "d", "record": "json"}
+def test_data_dir() -> None:
+    assert pipeline.source_options(parse("--data-dir", "d")) == {"path": "d"}
 
 
 def test_events_is_an_output_only_when_named() -> None:
-    assert "events" not in pipeline.output_names(",".join(pipeline.OUTPUTS))
+    assert "events" not in pipeline.DEFAULT_OUTPUTS
     assert pipeline.output_names("events,traffic") == ["events", "traffic"]
-    with pytest.raises(SystemExit, match="choose from traffic, requests, app_minutes, exceptions, events"):
+    with pytest.raises(pipeline.PipelineOptionError, match="choose from traffic, logjam, logs, events"):
         pipeline.output_names("everything")

@@ -1,28 +1,35 @@
-"""`logport pipeline`: its statistics against the same numbers computed in plain Python, streaming and the report."""
+"""`logport pipeline`'s runner: incremental batch runs, a retried batch, streaming exactly once with the watermark,
+cross-batch state, compaction and the lake's settings, with a small real table builder (tests/spark/counting.py)
+counting events per minute against the same counts in plain Python."""
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import os
 import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from html.parser import HTMLParser
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 import logport
-from logport.spark import pipeline
-from tests.spark.sample import TIME_METRICS, build_sample, layout, write_bodies
+from logport.batch import encode_batch
+from logport.lake.log import LakeError, LakeLog
+from logport.lake.resources import DEFAULT_RESOURCES
+from logport.spark import lakewriter, pipeline
+from logport.spark.context import LakeSettings
+from tests.spark.sample import BASE_S, build_sample, write_bodies
 
-pytestmark = pytest.mark.slow  # a Spark job each: seconds, even on the shared session
+pytestmark = pytest.mark.slow  # Spark jobs: seconds each, even on the shared session
 
-MINUTE_NS = 60 * 1_000_000_000
-SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
+Key = tuple[str, str, int]  # segment, date, minute
 
 
 def run(*argv: str, quiet: bool = True) -> int:
@@ -31,199 +38,227 @@ def run(*argv: str, quiet: bool = True) -> int:
     return pipeline.main(parser.parse_args([*argv, *(["--quiet"] if quiet else []), "--master", "local[2]"]))
 
 
-def nearest_rank(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+@pytest.fixture(autouse=True)
+def counting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(pipeline.BUILDERS, "counts", "tests.spark.counting:count_events")
 
 
-def expected_requests(logjam: list[tuple[str, int, dict[str, Any]]]) -> dict[tuple[str, str, int], dict[str, Any]]:
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
-    for app_env, time_ns, record in logjam:
-        groups[(app_env, record["action"], time_ns // MINUTE_NS * 60)].append(record)
-    out = {}
-    for key, records in groups.items():
-        row: dict[str, Any] = {"count": len(records)}
-        for m in TIME_METRICS:
-            values = [r[m] for r in records if m in r]
-            if values:
-                row[f"{m}_mean"] = sum(values) / len(values)
-                row[f"{m}_max"] = max(values)
-                for p in (0.5, 0.95, 0.99):
-                    row[f"{m}_p{int(p * 100)}"] = nearest_rank(values, p)
-        totals = [r["total_time"] for r in records if "total_time" in r]  # a request without it is in no bucket
-        row["apdex_happy"] = sum(t < 100 for t in totals)
-        row["apdex_satisfied"] = sum(100 <= t < 500 for t in totals)
-        row["apdex_tolerating"] = sum(500 <= t < 2000 for t in totals)
-        row["apdex_frustrated"] = sum(t >= 2000 for t in totals)
-        row["apdex"] = (row["apdex_happy"] + row["apdex_satisfied"] + row["apdex_tolerating"] / 2) / len(records)
-        codes = Counter(r["code"] // 100 for r in records)
-        for c in range(1, 6):
-            row[f"code_{c}xx"] = codes.get(c, 0)
-        severities = Counter(r["severity"] for r in records)
-        for i, name in enumerate(SEVERITIES):
-            row[f"severity_{name}"] = severities.get(i, 0)
-        row["with_exceptions"] = sum(bool(r.get("exceptions")) for r in records)
-        out[key] = row
-    return out
+def timed_bodies(seconds: Iterable[float], per_frame: int = 5, tag: str = "app.web") -> list[bytes]:
+    """Forward batches of events at BASE_S + each of `seconds`, `per_frame` events a stored batch."""
+    times = list(seconds)
+    bodies = []
+    for start in range(0, len(times), per_frame):
+        triples = [(BASE_S + int(t), int(t % 1 * 1e9), {"message": f"event at {t}", "n": start + i})
+                   for i, t in enumerate(times[start:start + per_frame])]
+        bodies.append(encode_batch(tag, triples, {"size": len(triples), "source": "forward"}))
+    return bodies
 
 
-class _Page(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: Counter[str] = Counter()
-        self.text: list[str] = []
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags[tag] += 1
-        for name, value in attrs:
-            if name in ("src", "href") and value:
-                self.links.append(value)
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
+def minute_key(segment: str, seconds: float) -> Key:
+    when = datetime.fromtimestamp(BASE_S + int(seconds), UTC)
+    return segment, when.strftime("%Y-%m-%d"), when.hour * 60 + when.minute
 
 
-@pytest.fixture(scope="module")
-def sample_run(spark, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("pipeline")
-    sample = build_sample(logjam_requests=2000)
-    write_bodies(str(root / "data"), sample.bodies)
-    assert run("batch", "--data-dir", str(root / "data"), "--out", str(root / "out")) == 0
-    return root, sample
+def lake_rows(spark, out: Path, table: str) -> list[Any]:  # type: ignore[no-untyped-def]
+    files = LakeLog(out).files(table)
+    if not files:
+        return []
+    return spark.read.option("basePath", str(out / table)).parquet(*map(str, files)).collect()
 
 
-def test_request_statistics_match_plain_python(spark, sample_run) -> None:  # type: ignore[no-untyped-def]
-    root, sample = sample_run
-    expected = expected_requests(sample.logjam)
-    rows = spark.read.parquet(str(root / "out" / "requests")).collect()
-    got = {(r.app_env, r.action, int(r.minute.timestamp())): r.asDict() for r in rows}
-    assert set(got) == set(expected)
-    for key, want in expected.items():
-        row = got[key]
-        for name, value in want.items():
-            if isinstance(value, float):
-                assert row[name] == pytest.approx(value, rel=1e-9), (key, name)
-            else:
-                assert row[name] == value, (key, name)
-        assert str(row["date"]) == "2026-11-18"
+def per_minute(spark, out: Path) -> Counter[Key]:  # type: ignore[no-untyped-def]
+    counts: Counter[Key] = Counter()
+    for r in lake_rows(spark, out, "log_minutes"):
+        counts[(r.segment, str(r.date), r.minute)] += r.events
+    return counts
 
 
-def test_traffic_and_exceptions_match_plain_python(spark, sample_run) -> None:  # type: ignore[no-untyped-def]
-    root, sample = sample_run
-    traffic = spark.read.parquet(str(root / "out" / "traffic")).collect()
-    per_segment = Counter()
-    for r in traffic:
-        per_segment[r.segment] += r.events
-        assert r.events == r.forward_events + r.lumberjack_events + r.logjam_events + r.opaque_events
-    logjam = 2000 + sample.logjam_other
-    assert per_segment == {"forward": 6 * 25 + 4 + 1, "lumberjack": 5 * 30, "logjam": logjam}
-    assert sum(r.logjam_events for r in traffic) == logjam
-    # As the logjam listener tags them: logjam.<app-env>.<topic>.
-    assert {r.tag for r in traffic if r.segment == "logjam"} == {
-        f"logjam.{app_env}.{topic}" for app_env in ("shop-production", "admin-preview")
-        for topic in ("logs." + app_env.replace("-", "."), "frontend.page")}
-    exceptions = Counter()
-    for app_env, time_ns, record in sample.logjam:
-        for name in set(record.get("exceptions", [])):
-            exceptions[(app_env, record["action"], time_ns // MINUTE_NS * 60, name)] += 1
-    rows = spark.read.parquet(str(root / "out" / "exceptions")).collect()
-    assert {(r.app_env, r.action, int(r.minute.timestamp()), r.exception): r["count"] for r in rows} == exceptions
+def held_and_on_disk(out: Path, table: str) -> tuple[set[Path], set[Path]]:
+    return set(LakeLog(out).files(table)), set((out / table).rglob("*.parquet"))
 
 
-def test_report_is_self_contained_html_with_charts(sample_run) -> None:  # type: ignore[no-untyped-def]
-    root, sample = sample_run
-    page = _Page()
-    page.feed((root / "out" / "report.html").read_text(encoding="utf-8"))
-    assert page.tags["svg"] >= 4 and page.tags["polyline"] >= 5
-    assert not page.links  # nothing to fetch: no scripts, images or stylesheets from anywhere
-    text = " ".join(page.text)
-    for heading in ("Request rate", "Latency percentiles", "Error rates", "Slowest actions", "Top exceptions"):
-        assert heading in text
-    top = Counter(e for _, _, r in sample.logjam for e in set(r.get("exceptions", []))).most_common(1)[0][0]
-    assert top in text
-
-
-def test_opaque_events_are_filed_without_a_date_and_left_out_of_the_charts(spark, sample_run) -> None:  # type: ignore[no-untyped-def]
-    root, _ = sample_run
-    traffic = root / "out" / "traffic"
-    assert sorted(p.name for p in traffic.glob("date=*")) == ["date=2026-11-18", "date=__HIVE_DEFAULT_PARTITION__"]
-    rows = spark.read.parquet(str(traffic)).collect()
-    # The sample's one opaque event (in `forward`, no tag): a row of its own, without minute or date.
-    untimed = [r for r in rows if r.minute is None]
-    assert [(r.segment, r.tag, r.events, r.opaque_events, r.date) for r in untimed] == [("forward", "", 1, 1, None)]
-    assert all(r.opaque_events == 0 and str(r.date) == "2026-11-18" for r in rows if r.minute is not None)
-    page = _Page()
-    page.feed((root / "out" / "report.html").read_text(encoding="utf-8"))
-    text = " ".join(page.text)
-    assert "1 event without a time" in text and "left out of the charts" in text
-    assert "1970" not in text
-
-
-def test_streaming_run_is_exactly_once_across_restarts(spark, tmp_path: Path) -> None:
-    sample = build_sample(logjam_requests=600)
-    bodies = sample.bodies["logjam"]
-    half = len(bodies) // 2
-    data, out = str(tmp_path / "data"), str(tmp_path / "out")
-    args = ["stream", "--data-dir", data, "--out", out, "--segments", "logjam", "--available-now",
-            "--watermark", "1 minute", "--outputs", "requests"]
-    write_bodies(data, {"logjam": bodies[:half]})
-    assert run(*args) == 0
-    first = spark.read.parquet(out + "/requests").count()
-    write_bodies(data, {"logjam": bodies[half:]})
-    assert run(*args) == 0
-    rows = spark.read.parquet(out + "/requests").collect()
-    assert len(rows) > first > 0
-    keys = [(r.app_env, r.action, int(r.minute.timestamp())) for r in rows]
-    assert len(keys) == len(set(keys))  # no window written twice
-    expected = expected_requests(sample.logjam)
-    # Every window the watermark has passed is written once, with the batch numbers.
-    last = max(t for _, t, _ in sample.logjam) // 1_000_000_000 - 60
-    closed = {k: v for k, v in expected.items() if k[2] + 60 <= last}
-    got = {k: r for k, r in zip(keys, rows, strict=True)}
-    assert set(closed) <= set(got) <= set(expected)
-    for key, want in closed.items():
-        assert got[key]["count"] == want["count"]
-        assert got[key]["total_time_p95"] == want["total_time_p95"]
-
-
-def test_batch_progress_lines_follow_every_stage_to_its_last_task(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                  spark) -> None:  # type: ignore[no-untyped-def]
-    bodies = build_sample(logjam_requests=160).bodies["logjam"]
-    stored = len(bodies)  # the logjam listener stores one event per batch: as many rows as batches
-    data, out = str(tmp_path / "data"), tmp_path / "out"
-    write_bodies(data, {"logjam": bodies})
-    assert run("batch", "--data-dir", data, "--out", str(out), "--outputs", "traffic", quiet=False) == 0
+def test_batch_runs_add_only_what_is_new_and_hand_state_on(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    sample = build_sample(logjam_requests=60)
+    first = {"forward": sample.bodies["forward"], "app": timed_bodies(range(0, 240, 3))}
+    data, out = str(tmp_path / "data"), tmp_path / "lake"
+    write_bodies(data, first)
+    args = ["batch", "--data-dir", data, "--out", str(out), "--outputs", "counts,traffic"]
+    assert run(*args, quiet=False) == 0
     err = capsys.readouterr().err
-    assert f"read {stored} rows from {stored} stored batches" in err
-    assert f"wrote {out / 'traffic'}" in err
-    assert re.search(r"^\[ *\d+\.\ds\] report: ", err, re.MULTILINE)
+    forward = 6 * 25 + 4 + 1  # the sample's Forward events: 6 batches of 25, 4 odd entries, 1 opaque event
+    stored = forward + 80
+    assert f"batch 0: {stored} events read; committed" in err
     stages: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for stage, done, total in re.findall(r"stage (\d+): (\d+)/(\d+) tasks", err):
         stages[int(stage)].append((int(done), int(total)))
-    # The read and the traffic table: a job each, a stage or more each. Every stage's last line has
-    # all of its tasks done, also a stage that started and ended between two polls; counts only grow.
-    assert len(stages) >= 2, err
+    assert len(stages) >= 2, err  # every stage's last line has all of its tasks done; counts only grow
     for stage, counts in stages.items():
-        assert counts[-1][0] == counts[-1][1] > 0, (stage, counts, err)
-        assert counts == sorted(counts), (stage, counts, err)
+        assert counts[-1][0] == counts[-1][1] > 0 and counts == sorted(counts), (stage, counts, err)
+
+    later = list(range(240, 400, 2))
+    write_bodies(data, {"app": timed_bodies(later), "lumberjack": sample.bodies["lumberjack"]})
+    assert run(*args) == 0
+    assert run(*args, quiet=False) == 0
+    assert "nothing new to read since batch 1" in capsys.readouterr().err
+
+    entries = list(LakeLog(out).entries())
+    assert [e.batch for e in entries] == [0, 1]
+    expected = Counter(minute_key("app", t) for t in [*range(0, 240, 3), *later])
+    got = per_minute(spark, out)
+    assert {k: v for k, v in got.items() if k[0] == "app"} == expected
+    assert sum(v for k, v in got.items() if k[0] == "lumberjack") == 150
+    # cross-batch state: the second batch read the first one's and added to it
+    state = entries[-1].info["state"]
+    seen = spark.read.parquet(str(out / state["tables"]["seen"])).collect()
+    assert {r.segment: r.events for r in seen} == {"forward": forward, "app": 80 + len(later), "lumberjack": 150}
+    assert (out / state["blobs"]["batches"]).read_bytes() == b"2"
+    assert sorted(p.name for p in (out / "_state").iterdir()) == [f"{1:020d}"]  # the first batch's is gone
+    assert entries[-1].info["counters"] == {"built": 1}
+
+    traffic = lake_rows(spark, out, "traffic")
+    per_segment: Counter[str] = Counter()
+    for r in traffic:
+        per_segment[r.segment] += r.events
+        assert r.events == r.forward_events + r.lumberjack_events + r.logjam_events + r.opaque_events
+    assert per_segment == {"forward": forward, "app": 80 + len(later), "lumberjack": 150}
+    # the one opaque event has no time: a row of its own, filed under no date
+    assert [(r.segment, r.events, r.opaque_events, r.minute) for r in traffic if r.date is None] == [
+        ("forward", 1, 1, None)]
+    # files are sorted by the table's keys within
+    for path in LakeLog(out).files("log_minutes"):
+        rows = pq.read_table(path).to_pylist()
+        keys = [(r["segment"], r["tag"], r["source"], r["host"], r["level"], r["minute"]) for r in rows]
+        assert keys == sorted(keys)
+
+    assert run(*args, "--rebuild") == 0  # starts over: one batch, the same counts
+    assert [e.batch for e in LakeLog(out).entries()] == [0]
+    assert {k: v for k, v in per_minute(spark, out).items() if k[0] == "app"} == expected
 
 
-def test_stream_progress_lines_name_rows_read_and_batches_done(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                               spark) -> None:  # type: ignore[no-untyped-def]
-    bodies = build_sample(logjam_requests=160).bodies["logjam"]
-    stored = len(bodies)
-    data, out = str(tmp_path / "data"), tmp_path / "out"
-    results = write_bodies(data, {"logjam": bodies})["logjam"]
-    append_bytes = max(layout(results, bodies).added)  # an event, its commit frame (the first: the chunk header)
-    assert run("stream", "--data-dir", data, "--out", str(out / "stream"), "--outputs", "requests",
-               "--available-now", "--max-bytes-per-trigger", str(append_bytes * (stored // 3 + 1)), quiet=False) == 0
+def test_a_batch_that_did_not_commit_is_redone_without_its_leftovers(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds = [t * 7.5 for t in range(80)]
+    data, out = str(tmp_path / "data"), tmp_path / "lake"
+    write_bodies(data, {"app": timed_bodies(seconds)})
+    since, until = "2026-11-18T00:01:00", datetime.fromtimestamp(BASE_S + 420, UTC).isoformat()
+    args = ["batch", "--data-dir", data, "--out", str(out), "--outputs", "counts,events", "--since", since,
+            "--until", until]
+    commit = LakeLog.commit
+
+    def crash(self: LakeLog, entry: Any) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(LakeLog, "commit", crash)
+    with pytest.raises(OSError, match="disk gone"):
+        run(*args)
+    held, on_disk = held_and_on_disk(out, "log_minutes")
+    assert not held and on_disk  # written, not committed
+    monkeypatch.setattr(LakeLog, "commit", commit)
+    assert run(*args) == 0
+    for table in ("log_minutes", "events"):
+        held, on_disk = held_and_on_disk(out, table)
+        assert held == on_disk, table
+    start = datetime.fromisoformat(since).replace(tzinfo=UTC).timestamp() - BASE_S
+    inside = [t for t in seconds if start <= t < 420]
+    assert per_minute(spark, out) == Counter(minute_key("app", t) for t in inside)
+    [entry] = LakeLog(out).entries()
+    assert entry.batch == 0 and entry.info["outside"] == len(seconds) - len(inside) > 0
+    events = lake_rows(spark, out, "events")
+    assert len(events) == len({(r.hub, r.segment, r.offset, r["index"]) for r in events}) == len(inside)
+
+
+def test_streaming_is_exactly_once_with_the_watermark(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(lakewriter, "COMPACT_FILES", 3)
+    data, out = str(tmp_path / "data"), tmp_path / "lake"
+    first = [t * 10.0 for t in range(36)]  # minutes 0..5, in 3 micro-batches of 2 stored batches
+    results = write_bodies(data, {"app": timed_bodies(first, per_frame=6)})["app"]
+    frame = max(r.end_offset - r.offset for r in results) + 64
+    args = ["stream", "--data-dir", data, "--out", str(out), "--outputs", "counts", "--available-now",
+            "--watermark", "1 minute", "--max-bytes-per-trigger", str(frame * 2)]
+    original = pipeline.LakeRun.run
+
+    def crash_after_commit(self: pipeline.LakeRun, events: Any, batch: int, info: dict[str, Any]) -> Any:
+        entry = original(self, events, batch, info)
+        if batch == 1:
+            raise RuntimeError("driver lost after the lake's commit")
+        return entry
+
+    monkeypatch.setattr(pipeline.LakeRun, "run", crash_after_commit)
+    with pytest.raises(pipeline.QueryFailed, match="driver lost"):
+        run(*args)
+    monkeypatch.setattr(pipeline.LakeRun, "run", original)
+    assert run(*args, quiet=False) == 0  # replays micro-batch 1: committed in the lake, so skipped
     err = capsys.readouterr().err
-    # While it runs and once it stopped: micro-batches done and rows read so far, the last line all of them.
-    done = [(int(n), int(rows)) for n, rows in re.findall(r"logport_requests: (\d+) batches, (\d+) rows read$",
-                                                           err, re.MULTILINE)]
-    assert done and done == sorted(done), err
-    assert done[-1][0] >= 3 and done[-1][1] == stored, err
+    assert "batch 1 (micro-batch 1) is committed already: skipped" in err
+    assert per_minute(spark, out) == Counter(minute_key("app", t) for t in first)
+    assert any(e.replaces for e in LakeLog(out).entries())  # compacted at 3 files
+    held, on_disk = held_and_on_disk(out, "log_minutes")
+    assert held == on_disk and len(held) < 3
+
+    # Late: minute 1 is behind the watermark (the latest event so far, 5:50, less 1 minute), minute 5 is not.
+    late, newer = [60.0 + t for t in range(0, 60, 12)], [300.0 + t for t in range(0, 60, 12)] + [420.0]
+    write_bodies(data, {"app": timed_bodies([*late, *newer], per_frame=20)})
+    assert run(*args) == 0
+    entries = list(LakeLog(out).entries())
+    assert sum(e.info["late"] for e in entries) == len(late)
+    assert entries[-1].info["watermark_us"] == (BASE_S + 350 - 60) * 1_000_000
+    assert per_minute(spark, out) == Counter(minute_key("app", t) for t in [*first, *newer])
+
+    # A batch run goes on from the stream's offsets; the next stream run starts a new checkpoint after it.
+    write_bodies(data, {"app": timed_bodies([430.0, 431.0])})
+    assert run("batch", "--data-dir", data, "--out", str(out), "--outputs", "counts") == 0
+    write_bodies(data, {"app": timed_bodies([440.0])})
+    assert run(*args, quiet=False) == 0
+    assert "a new checkpoint starts at the lake's offsets" in capsys.readouterr().err
+    assert per_minute(spark, out) == Counter(minute_key("app", t) for t in [*first, *newer, 430.0, 431.0, 440.0])
+    batches = [e.batch for e in LakeLog(out).entries()]
+    assert batches == list(range(len(batches)))
+
+
+def test_the_lake_keeps_its_settings_and_one_writer(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    data, out = tmp_path / "data", tmp_path / "lake"
+    write_bodies(str(data), {"app": timed_bodies([1.0])})
+    base = ["batch", "--data-dir", str(data), "--out", str(out), "--outputs", "counts"]
+    (tmp_path / "few.yml").write_text("time_resources:\n  - db_time\n")
+    assert run(*base, "--time", "utc") == 0
+    info = json.loads((out / "_lake.json").read_text())
+    assert info["time_basis"] == "utc" and info["sketch"]["gamma"] == 1.02
+    assert info["resources"]["time_resources"][:2] == ["gc_time", "wait_time"]
+    assert lakewriter.LakeWriter(out).settings(None, None) == LakeSettings("utc", DEFAULT_RESOURCES)
+    refused = [
+        (["--time", "local"], "files minutes by --time utc, not local"),
+        (["--resources", str(tmp_path / "few.yml")], "sums other resources than"),
+    ]
+    for extra, message in refused:
+        with pytest.raises(LakeError, match=re.escape(message)):
+            run(*base, *extra)
+    old = tmp_path / "old"
+    (old / "requests").mkdir(parents=True)
+    with pytest.raises(LakeError, match="no _lake.json. but holds requests: an older logport"):
+        run("batch", "--data-dir", str(data), "--out", str(old))
+    writer = lakewriter.LakeWriter(out)
+    writer.lock()
+    try:
+        with pytest.raises(LakeError, match="is being written by another logport pipeline"):
+            run(*base)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--watermark", "soon"], "--watermark 'soon' is not an interval"),
+    (["--since", "yesterday"], "--since 'yesterday' is not an ISO 8601"),
+    (["--since", "2026-11-19", "--until", "2026-11-18"], "--since 2026-11-19 is not before --until 2026-11-18"),
+    (["--outputs", "everything"], "choose from traffic, logjam, logs, events"),
+    (["--resources", "/nonexistent.yml"], "resources file '/nonexistent.yml'"),
+    (["--streams", "/nonexistent.json"], "--streams '/nonexistent.json'"),
+])
+def test_options_that_cannot_be_used_are_named(tmp_path: Path, argv: list[str], message: str) -> None:
+    with pytest.raises(logport.errors.LogportError, match=re.escape(message)):
+        run("stream", "--data-dir", str(tmp_path), "--out", str(tmp_path / "lake"), *argv)
 
 
 SUBMITTED = """

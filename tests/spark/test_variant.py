@@ -19,7 +19,6 @@ from pyspark.sql.types import VariantVal
 
 from logport.batch import encode_batch, pack_entry
 from logport.eventjson import dumps_event, event_objects
-from logport.spark import pipeline
 from logport.spark.columns import FIELD_CONVERTERS, Layout, LayoutOptionError, frames_to_batches
 from logport.spark.variant import SIZE_LIMIT, VARIANT_TYPE, VariantTooLarge, encode_variant
 from tests.spark.sample import BASE_S, build_sample, write_bodies
@@ -179,23 +178,6 @@ def test_variant_get_on_every_sources_records(spark, tmp_path: Path) -> None:  #
     assert logjam == {(rec["action"], rec.get("total_time")) for _, _, rec in sample.logjam}
     assert all(r.message is not None for r in by_source["lumberjack"])
     assert sum(r.message is not None for r in by_source["forward"]) > 0
-
-
-@pytest.mark.slow
-def test_request_statistics_from_variant_paths_equal_those_from_json(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    data_dir = str(tmp_path / "data")
-    write_bodies(data_dir, build_sample(logjam_requests=600).bodies)
-
-    def tables(record: str) -> dict[str, list[Any]]:
-        events = spark.read.format("logport").option("path", data_dir).option("record", record).load()
-        out = {}
-        for name, df in pipeline.statistics(events, ["requests", "app_minutes", "exceptions"]).items():
-            out[name] = sorted(df.collect(), key=lambda r: tuple(str(v) for v in r))
-        return out
-
-    from_variant, from_json = tables("variant"), tables("json")
-    assert len(from_variant["requests"]) > 10 and len(from_variant["exceptions"]) > 0
-    assert from_variant == from_json
 
 
 @pytest.mark.slow

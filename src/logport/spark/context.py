@@ -43,3 +43,6 @@ class BatchContext:
     blobs_out: dict[str, bytes] = field(default_factory=dict)  # state blobs for the next batch
     # what the builders want the batch's log entry to say (rows dropped and why, ...): name -> count
     counters: dict[str, int] = field(default_factory=dict)
+    # the runner calls each once the batch's tables and state are written (or the batch failed): builders release
+    # what they persisted for the batch (DataFrame.unpersist)
+    after_commit: list[Callable[[], object]] = field(default_factory=list)

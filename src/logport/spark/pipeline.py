@@ -1,43 +1,69 @@
-"""`logport pipeline`: per-minute traffic and logjam request statistics from stored events, to Parquet + HTML.
+"""`logport pipeline`: the lake of Parquet tables (docs/pipeline.md) from stored events, batch or streaming.
 
-Batch (default) or streaming (`--stream`, exactly-once through Spark's
-checkpoint), over a data directory (`--data-dir`) or a running hub
-(`--server`). Runs unchanged under spark-submit (see README "Spark").
+Each batch (a batch run, or a micro-batch of a streaming run) reads the source once and hands the events to the
+table builders (logjam statistics, log analytics, traffic, events); the lake writer commits their tables with one
+commit log entry. Runs unchanged under spark-submit (README "Spark").
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
+import re
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logport.errors import LogportError
+from logport.lake.log import Entry, LakeError
+from logport.lake.tables import Table, all_tables
+from logport.spark.context import TIME_BASES, BatchContext, LakeSettings
+from logport.spark.errors import cause
+from logport.spark.lakewriter import (
+    CHECKPOINT_DIR,
+    BatchOutput,
+    LakeWriter,
+    split_output,
+    write_json,
+)
+from logport.spark.traffic import EVENTS, TRAFFIC
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-# The time metrics of a logjam request (milliseconds); any of them may be missing from a record.
-TIME_METRICS = ["total_time", "db_time", "view_time", "api_time", "gc_time", "memcache_time", "redis_time",
-                "search_time"]
-PERCENTILES = [0.5, 0.95, 0.99]
-# percentile_approx accuracy: the rank error of a percentile is at most 1/ACCURACY of the group's count.
-ACCURACY = 10000
-# Apdex buckets of total_time (ms), as the logjam importer: happy < 100 <= satisfied < 500 <= tolerating
-# < 2000 <= frustrated. score = (happy + satisfied + tolerating / 2) / count.
-APDEX_HAPPY_MS, APDEX_SATISFIED_MS, APDEX_TOLERATING_MS = 100.0, 500.0, 2000.0
-# Logjam severities (Ruby Logger levels).
-SEVERITIES = ["debug", "info", "warn", "error", "fatal", "unknown"]
-SOURCES = ["forward", "lumberjack", "logjam"]
-OUTPUTS = ["traffic", "requests", "app_minutes", "exceptions"]
-# Written only when asked for (--outputs events): every event, so the hubs' retention can be short.
-EXTRA_OUTPUTS = ["events"]
-PARTITIONS = {"events": ["date", "segment"]}  # the others: by date
+Builder = Callable[[Any, BatchContext], Mapping[str, Any]]  # (events DataFrame, ctx) -> {table: DataFrame}
+
+# The table builders, by the name --outputs knows them by: module:function, imported when a run asks for them (a
+# logport without one of them runs the others).
+BUILDERS = {
+    "traffic": "logport.spark.traffic:traffic_tables",
+    "logjam": "logport.spark.logjam:logjam_tables",
+    "logs": "logport.spark.logs:log_tables",
+    "events": "logport.spark.traffic:event_tables",
+}
+DEFAULT_OUTPUTS = ("traffic", "logjam", "logs")  # events only when named: it copies every event
+ARCHIVES = {"events"}  # builders that keep events rather than count them: they take late events too
+LEGACY_TABLES = ("app_minutes", "exceptions")  # the output of logport before the lake, which --rebuild removes too
+REPORT_NEEDS = ("fastapi", "uvicorn", "duckdb", "starlette")  # the UI's libraries, which spark-package leaves out
 LOOPBACK = "127.0.0.1"  # where a local Spark listens (driver, block manager, UI)
+CHECKPOINT_MARK = "logport-lake.json"  # in a streaming checkpoint: the lake batch id of its micro-batch 0
+# An event time further than this ahead of the clock does not move the watermark (a producer's broken clock would
+# otherwise drop everything after it)
+FUTURE_LIMIT_US = 86_400 * 1_000_000
+INTERVAL_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600,
+                  "d": 86400, "day": 86400}
+
+
+class PipelineOptionError(LogportError):
+    """An option of `logport pipeline` that cannot be used (names the option and the value)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,25 +79,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float,
                    help="with --server: seconds a hub that does not answer is tried again before the run fails "
                         "naming it (the source's timeout, default 10)")
-    p.add_argument("--out", default="pipeline-out", help="output directory: Parquet tables + report.html")
+    p.add_argument("--out", default="pipeline-out", help="the lake: Parquet tables, commit log, report.html")
     p.add_argument("--report", help="HTML report path (default: OUT/report.html)")
+    p.add_argument("--outputs", default=",".join(DEFAULT_OUTPUTS),
+                   help="table builders to run, comma-separated, from " + ", ".join(BUILDERS)
+                        + " (events: every event, only when named)")
+    p.add_argument("--time", choices=TIME_BASES,
+                   help="file logjam requests by the producer's local wall time in started_at (local, as logjam) or "
+                        "by the UTC instant; fixed at the lake's first run (default: the lake's, else local)")
+    p.add_argument("--resources", metavar="FILE",
+                   help="logjam's resource list (logjam_resources.yml's format); fixed at the lake's first run "
+                        "(default: the lake's, else logjam_app's)")
+    p.add_argument("--streams", metavar="FILE",
+                   help="logjam's per-stream settings, the JSON its app serves at /admin/streams; messages of "
+                        "streams not in it are dropped (default: every stream, logjam_app's defaults)")
+    p.add_argument("--since", help="count only events at or after this time (ISO 8601; UTC unless it has an "
+                                   "offset)")
+    p.add_argument("--until", help="count only events before this time (ISO 8601; UTC unless it has an offset)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="remove the lake in --out (tables, log, state, checkpoint) and start over")
     p.add_argument("--stream", action="store_true", help="run as a streaming query with a checkpoint")
-    p.add_argument("--checkpoint", help="checkpoint directory (default: OUT/_checkpoints)")
+    p.add_argument("--checkpoint", help="with --stream: checkpoint directory (default: OUT/_checkpoints)")
     p.add_argument("--available-now", action="store_true",
-                   help="with --stream: process what is stored now (in several batches), then stop")
+                   help="with --stream: process what is stored now (in several micro-batches), then stop")
     p.add_argument("--duration", type=float, default=0.0,
                    help="with --stream: stop after this many seconds (0: run until interrupted)")
     p.add_argument("--trigger-seconds", type=float, default=10.0, help="with --stream: micro-batch interval")
     p.add_argument("--watermark", default="2 minutes",
-                   help="with --stream: how late an event may arrive; a minute is written once the watermark passes it")
+                   help="with --stream: how late an event may arrive: one older than the latest event time of "
+                        "earlier micro-batches less this is not counted (its count is in the log entry)")
     p.add_argument("--max-bytes-per-trigger", type=int, help="with --stream: admission control per micro-batch")
     p.add_argument("--partition-bytes", type=int, help="bytes of a segment per Spark partition")
-    p.add_argument("--outputs", default=",".join(OUTPUTS),
-                   help="tables to compute, comma-separated (default: all of " + ", ".join(OUTPUTS) + "; also: "
-                        + ", ".join(EXTRA_OUTPUTS) + ", every event with its record as VARIANT)")
-    p.add_argument("--record", choices=["variant", "json"], default="variant",
-                   help="how the source hands records over: VARIANT (default) or JSON text (the statistics are the same)")
-    p.add_argument("--top-exceptions", type=int, default=20, help="exceptions listed in the report")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--spark-ui", action="store_true",
                    help="with a local master: serve Spark's web UI on 127.0.0.1 (default: no UI)")
@@ -173,7 +211,6 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     options = {"path": args.data_dir} if args.data_dir else {"server": ",".join(servers(args))}
     if args.segments:
         options["segments"] = args.segments
-    options["record"] = getattr(args, "record", "variant")
     if getattr(args, "timeout", None):
         options["timeout"] = str(args.timeout)
     if args.partition_bytes:
@@ -183,186 +220,163 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-# --- the statistics: DataFrame -> DataFrame, the same for batch and streaming -------------------
+# --- options -----------------------------------------------------------------------------------
 
-def _minute(df: DataFrame) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.window(df["time"], "1 minute").start
-
-
-def traffic(events: DataFrame) -> DataFrame:
-    """Per segment, tag and minute: events, bytes (record JSON, or raw bytes when opaque), events per source.
-
-    Opaque events carry no time: a batch run counts them in rows whose minute and date are null (the
-    Parquet partition date=__HIVE_DEFAULT_PARTITION__); a streaming run leaves them out (they are always
-    behind the watermark).
-    """
-    from pyspark.sql import functions as F
-
-    text = F.to_json("record") if _is_variant(events, "record") else F.col("record")
-    size = F.coalesce(F.octet_length(text), F.octet_length("raw"), F.lit(0))
-    per_source = [F.sum(F.when(F.col("source") == s, 1).otherwise(0)).alias(f"{s}_events") for s in SOURCES]
-    counts = [F.count(F.lit(1)).alias("events"), F.sum(size).alias("bytes"), *per_source,
-              F.sum(F.when(F.col("raw").isNotNull(), 1).otherwise(0)).alias("opaque_events")]
-    tag = F.coalesce("tag", F.lit("")).alias("tag")
-    # window() drops rows without a time, hence the second aggregate for those.
-    timed = _finish(events.groupBy("segment", tag, F.window("time", "1 minute")).agg(*counts))
-    if events.isStreaming:
-        return timed
-    untimed = (events.where(F.col("time").isNull()).groupBy("segment", tag).agg(*counts)
-               .withColumn("minute", F.lit(None).cast("timestamp")).withColumn("date", F.lit(None).cast("string")))
-    return timed.unionByName(untimed)
+def parse_interval(option: str, text: str) -> float:
+    """Seconds of an interval such as `2 minutes`, `90 seconds`, `1h`."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*", text.lower())
+    if not match or match.group(2) not in INTERVAL_UNITS:
+        raise PipelineOptionError(f"{option} {text!r} is not an interval such as '2 minutes', '90 seconds' or '1h'")
+    return float(match.group(1)) * INTERVAL_UNITS[match.group(2)]
 
 
-def _finish(df: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return (df.withColumn("minute", F.col("window.start")).drop("window")
-            .withColumn("date", F.date_format("minute", "yyyy-MM-dd")))
-
-
-def _is_variant(df: DataFrame, column: str) -> bool:
-    return dict(df.dtypes).get(column) == "variant"
-
-
-def requests(events: DataFrame) -> DataFrame:
-    """Logjam requests, one row each: records with `action` on a logs.* topic or tag, or with `action` and `total_time`.
-
-    Read from the record's paths as VARIANT (the source's default: no JSON parsing, no schema) or, for a
-    record given as JSON text, with from_json and the same fields' schema.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import (
-        ArrayType,
-        DoubleType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-    )
-
-    fields = [StructField("action", StringType()), StructField("code", LongType()),
-              StructField("severity", LongType()), StructField("exceptions", ArrayType(StringType())),
-              StructField("app", StringType()), StructField("env", StringType())]
-    fields += [StructField(m, DoubleType()) for m in TIME_METRICS]
-    events = events.where(F.col("record").isNotNull())
-    if _is_variant(events, "record"):
-        parsed = events.withColumn("r", F.struct(*[
-            F.try_variant_get("record", f"$.{f.name}", f.dataType.simpleString()).alias(f.name) for f in fields]))
-        topic = F.try_variant_get("option", "$.topic", "string")
-        option_app_env = F.try_variant_get("option", "$.app_env", "string")
-    else:
-        parsed = events.withColumn("r", F.from_json("record", StructType(fields), {"mode": "PERMISSIVE"}))
-        topic = F.get_json_object("option", "$.topic")
-        option_app_env = F.get_json_object("option", "$.app_env")
-    # The logjam listener keeps the topic (logs.<app>.<env> for requests) in the option and tags the batch
-    # logjam.<app-env>.<topic>; a logs.* tag is what other shippers of logjam requests may use.
-    is_request = F.col("r.action").isNotNull() & (
-        topic.startswith("logs.") | F.col("tag").startswith("logs.") | F.col("r.total_time").isNotNull())
-    app_env = F.coalesce(option_app_env,
-                         F.when(F.col("r.app").isNotNull(), F.concat_ws("-", "r.app", "r.env")),
-                         F.col("tag"))
-    return parsed.where(is_request).select(
-        "time", app_env.alias("app_env"), F.col("r.action").alias("action"), F.col("r.code").alias("code"),
-        F.col("r.severity").alias("severity"), F.col("r.exceptions").alias("exceptions"),
-        *[F.col(f"r.{m}").alias(m) for m in TIME_METRICS])
-
-
-def _apdex_and_codes(total: Column) -> list[Column]:
-    from pyspark.sql import functions as F
-
-    def count_if(cond: Column, name: str) -> Column:
-        return F.sum(F.when(cond, 1).otherwise(0)).alias(name)
-
-    code = F.col("code")
-    columns = [
-        count_if(total < APDEX_HAPPY_MS, "apdex_happy"),
-        count_if((total >= APDEX_HAPPY_MS) & (total < APDEX_SATISFIED_MS), "apdex_satisfied"),
-        count_if((total >= APDEX_SATISFIED_MS) & (total < APDEX_TOLERATING_MS), "apdex_tolerating"),
-        count_if(total >= APDEX_TOLERATING_MS, "apdex_frustrated"),
-    ]
-    columns += [count_if((code >= c * 100) & (code < c * 100 + 100), f"code_{c}xx") for c in range(1, 6)]
-    columns.append(count_if(code.isNull() | (code < 100) | (code >= 600), "code_other"))
-    columns += [count_if(F.col("severity") == i, f"severity_{name}") for i, name in enumerate(SEVERITIES)]
-    columns.append(count_if(F.size(F.coalesce("exceptions", F.array())) > 0, "with_exceptions"))
-    return columns
-
-
-def _apdex_score(df: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return df.withColumn("apdex", (F.col("apdex_happy") + F.col("apdex_satisfied")
-                                   + F.col("apdex_tolerating") / 2) / F.col("count"))
-
-
-def request_stats(reqs: DataFrame) -> DataFrame:
-    """Per app-env, action and minute: count; mean/p50/p95/p99/max of each time metric; apdex; codes; severities."""
-    from pyspark.sql import functions as F
-
-    metrics: list[Column] = []
-    for m in TIME_METRICS:
-        metrics += [F.mean(m).alias(f"{m}_mean"), F.max(m).alias(f"{m}_max"),
-                    F.percentile_approx(m, PERCENTILES, ACCURACY).alias(f"{m}_pct")]
-    out = (reqs.groupBy("app_env", "action", F.window("time", "1 minute"))
-           .agg(F.count(F.lit(1)).alias("count"), *metrics, *_apdex_and_codes(F.col("total_time"))))
-    for m in TIME_METRICS:
-        out = out.select("*", *[F.col(f"{m}_pct")[i].alias(f"{m}_p{int(p * 100)}") for i, p in enumerate(PERCENTILES)]
-                         ).drop(f"{m}_pct")
-    return _apdex_score(_finish(out))
-
-
-def app_minute_stats(reqs: DataFrame) -> DataFrame:
-    """Per app-env and minute (every action together): count, total_time percentiles, apdex, codes."""
-    from pyspark.sql import functions as F
-
-    out = (reqs.groupBy("app_env", F.window("time", "1 minute"))
-           .agg(F.count(F.lit(1)).alias("count"), F.mean("total_time").alias("total_time_mean"),
-                F.max("total_time").alias("total_time_max"),
-                F.percentile_approx("total_time", PERCENTILES, ACCURACY).alias("pct"),
-                *_apdex_and_codes(F.col("total_time"))))
-    out = out.select("*", *[F.col("pct")[i].alias(f"total_time_p{int(p * 100)}") for i, p in enumerate(PERCENTILES)]
-                     ).drop("pct")
-    return _apdex_score(_finish(out))
-
-
-def exception_counts(reqs: DataFrame) -> DataFrame:
-    """Per app-env, action, minute and exception class: how many requests raised it."""
-    from pyspark.sql import functions as F
-
-    exploded = reqs.where(F.size(F.coalesce("exceptions", F.array())) > 0).select(
-        "time", "app_env", "action", F.explode(F.array_distinct("exceptions")).alias("exception"))
-    out = exploded.groupBy("app_env", "action", "exception", F.window("time", "1 minute")).agg(
-        F.count(F.lit(1)).alias("count"))
-    return _finish(out)
-
-
-def event_rows(events: DataFrame) -> DataFrame:
-    """Every event as the source reads it (record as VARIANT), with its date (yyyy-MM-dd, UTC) to partition
-    by; opaque events have none (date=__HIVE_DEFAULT_PARTITION__)."""
-    from pyspark.sql import functions as F
-
-    return events.withColumn("date", F.date_format("time", "yyyy-MM-dd"))
-
-
-def statistics(events: DataFrame, outputs: list[str] = OUTPUTS) -> dict[str, DataFrame]:
-    """The output tables by name (the lazy DataFrames; nothing runs yet)."""
-    reqs = requests(events)
-    build = {"traffic": lambda: traffic(events), "requests": lambda: request_stats(reqs),
-             "app_minutes": lambda: app_minute_stats(reqs), "exceptions": lambda: exception_counts(reqs),
-             "events": lambda: event_rows(events)}
-    return {name: build[name]() for name in outputs}
+def parse_instant(option: str, text: str | None) -> int | None:
+    """Microseconds since the epoch of an ISO 8601 date or time (UTC unless it has an offset)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise PipelineOptionError(f"{option} {text!r} is not an ISO 8601 date or time (2026-11-18, "
+                                  "2026-11-18T10:00, 2026-11-18T10:00:00+01:00)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return round(when.timestamp() * 1_000_000)
 
 
 def output_names(spec: str) -> list[str]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(OUTPUTS) - set(EXTRA_OUTPUTS))
+    unknown = sorted(set(names) - set(BUILDERS))
     if unknown or not names:
-        raise SystemExit(f"logport pipeline: --outputs {spec!r}: choose from {', '.join(OUTPUTS + EXTRA_OUTPUTS)}")
+        raise PipelineOptionError(f"--outputs {spec!r}: choose from {', '.join(BUILDERS)}")
     return names
 
 
-# --- running it ------------------------------------------------------------------------------
+def load_builder(name: str) -> Builder | None:
+    """The builder `name` of BUILDERS; None when this logport has no such module or function."""
+    module_name, _, function = BUILDERS[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:  # the builder is there, something it imports is not: a real error
+            raise
+        return None
+    builder: Builder | None = getattr(module, function, None)
+    return builder
+
+
+def builders(spec: str, asked: bool, progress: Progress) -> list[tuple[str, Builder]]:
+    """The builders of --outputs; one that this logport lacks is an error when asked for by name, else left out
+    with a progress line."""
+    found = []
+    for name in output_names(spec):
+        builder = load_builder(name)
+        if builder is not None:
+            found.append((name, builder))
+        elif asked:
+            raise PipelineOptionError(f"--outputs {name}: this logport has no {BUILDERS[name]}")
+        else:
+            progress.say(f"{name} tables: not built ({BUILDERS[name].partition(':')[0]} is not in this logport)")
+    return found
+
+
+# --- one batch -------------------------------------------------------------------------------
+
+@dataclass
+class LakeRun:
+    """What every batch of a run shares: the lake and its settings, the builders and what selects the events."""
+
+    writer: LakeWriter
+    settings: LakeSettings
+    builders: list[tuple[str, Builder]]
+    progress: Progress
+    streaming: bool
+    streams: Mapping[str, Mapping[str, Any]] | None = None
+    since_us: int | None = None
+    until_us: int | None = None
+    watermark_us: int | None = None  # streaming: how far behind the latest event time an event is still counted
+    contract: dict[str, Table] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.contract = {**all_tables(self.settings.resources), TRAFFIC.name: TRAFFIC, EVENTS.name: EVENTS}
+
+    def bound_us(self) -> int | None:
+        """The watermark now: events before it are not counted (streaming only; None before any event time)."""
+        last = self.writer.last
+        latest = last.info.get("max_time_us") if last is not None else None
+        if self.watermark_us is None or latest is None:
+            return None
+        return int(latest) - self.watermark_us
+
+    def run(self, events: DataFrame, batch: int, info: dict[str, Any]) -> Entry:
+        """Count the batch's events, hand those selected to the builders, commit their tables."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        self.writer.discard_uncommitted()  # what an earlier try of this batch left
+        bound = self.bound_us()
+        micros = F.unix_micros("time")
+        late = F.coalesce(micros < F.lit(bound), F.lit(False)) if bound is not None else F.lit(False)
+        inside = F.lit(True)
+        if self.since_us is not None:
+            inside = inside & (micros >= F.lit(self.since_us))
+        if self.until_us is not None:
+            inside = inside & (micros < F.lit(self.until_us))
+        inside = F.coalesce(inside, F.lit(False))  # an event without a time is in no window
+        future = round(time.time() * 1_000_000) + FUTURE_LIMIT_US
+        # deserialized: the serialized levels' unroll of VARIANT records ran a 1 GB driver out of heap (2M logjam
+        # requests, local[2]), this one spills to disk
+        events = events.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        releases: list[Callable[[], object]] = []  # the builders' (ctx.after_commit)
+        try:
+            counts = events.agg(
+                F.count(F.lit(1)).alias("rows"), F.max(F.when(micros <= F.lit(future), micros)).alias("max_time"),
+                F.sum(late.cast("int")).alias("late"), F.sum((~late & ~inside).cast("int")).alias("outside"),
+            ).first()
+            assert counts is not None
+            rows, late_rows, outside = counts["rows"], counts["late"] or 0, counts["outside"] or 0
+            previous = self.writer.last.info.get("max_time_us") if self.writer.last is not None else None
+            latest = max((t for t in (previous, counts["max_time"]) if t is not None), default=None)
+            output = BatchOutput(info={**info, "rows": rows, "late": late_rows, "outside": outside,
+                                       "max_time_us": latest, "watermark_us": bound,
+                                       "committed_at": datetime.now(UTC).isoformat(timespec="seconds")})
+            if rows > outside:  # else nothing to build: the state stays as it is
+                releases = self._build(events.where(inside), events.where(~late & inside), batch, output)
+            entry = self.writer.commit(batch, output)
+        finally:
+            for release in releases:
+                release()
+            events.unpersist()
+        files = sum(len(v) for v in entry.files.values())
+        self.progress.say(f"batch {batch}: {rows} events read" + (f", {late_rows} behind the watermark" if late_rows
+                          else "") + (f", {outside} outside --since/--until" if outside else "")
+                          + f"; committed {files} files of {len(entry.files)} tables"
+                          + (f" (compacted {sum(len(v) for v in entry.replaces.values())} files)"
+                             if entry.replaces else ""))
+        return entry
+
+    def _build(self, selected: DataFrame, counted: DataFrame, batch: int,
+               output: BatchOutput) -> list[Callable[[], object]]:
+        """Run the builders: on the events `counted` (in --since/--until, not behind the watermark), archives
+        on every one `selected` (late ones too: the watermark finalises counts, it does not lose events). Their
+        tables are lazy (the commit writes them); what they persisted for the batch is returned, to release after
+        it (ctx.after_commit), also when a builder failed."""
+        spark = selected.sparkSession  # a micro-batch's: the streaming query's own session
+        state_in, blob_in = self.writer.state_readers(spark)
+        ctx = BatchContext(spark, batch, self.settings, self.streaming, self.streams, state_in, blob_in)
+        try:
+            for name, builder in self.builders:
+                built = split_output(name, builder(selected if name in ARCHIVES else counted, ctx), self.contract)
+                output.tables.update(built.tables)
+                output.state.update(built.state)
+        except BaseException:
+            for release in ctx.after_commit:
+                release()
+            raise
+        output.blobs.update(ctx.blobs_out)
+        output.info["counters"] = dict(ctx.counters)
+        return ctx.after_commit
+
 
 class Progress:
     """Prints progress lines to stderr: tasks of the running stages (batch), rows and batches (streaming)."""
@@ -450,87 +464,121 @@ class StageProgress:
         return "; ".join(parts) or None
 
 
-def run_batch(spark: SparkSession, args: argparse.Namespace, out: Path, progress: Progress) -> dict[str, int]:
-    from pyspark.sql import functions as F
+# --- batch and streaming runs ------------------------------------------------------------------
 
-    events = spark.read.format("logport").options(**source_options(args)).load()
-    progress.watch(StageProgress(spark), interval=0.5, final=True)
+def batch_offsets(options: dict[str, str], previous: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(from, to) per HUB/segment for a batch run: from where the lake's last batch ended (the start of a segment
+    it never read) to the last whole frame now. Resolved here, so the log entry says exactly what was read."""
+    from logport.spark.source import SegmentPlanner
+
+    planner = SegmentPlanner({key.lower(): value for key, value in options.items()})
     try:
-        # Read the events once (the four statistics use them) and count them for the progress line.
-        events = events.persist()
-        counts = events.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("segment", "offset").alias("batches")).first()
-        assert counts is not None
-        progress.say(f"read {counts['rows']} rows from {counts['batches']} stored batches")
-        written = {"events": int(counts["rows"])}
-        for name, df in statistics(events, output_names(args.outputs)).items():
-            df.write.mode("overwrite").partitionBy(*PARTITIONS.get(name, ["date"])).parquet(str(out / name))
-            progress.say(f"wrote {out / name}")
-        events.unpersist()
+        names = planner.segments()
+        start = planner.resolve(dict(previous) or "earliest", names, ending=False)
+        start = {name: planner.check_start(name, offset) for name, offset in start.items()}
+        return start, planner.resolve("latest", names, ending=True)
     finally:
-        progress.stop()
-    return written
+        planner.close()
 
 
-def run_stream(spark: SparkSession, args: argparse.Namespace, out: Path, progress: Progress) -> dict[str, int]:
+def run_batch(spark: SparkSession, args: argparse.Namespace, run: LakeRun) -> None:
+    options = source_options(args)
+    last = run.writer.last
+    previous: dict[str, int] = dict(last.info.get("offsets") or {}) if last is not None else {}
+    start, end = batch_offsets(options, previous)
+    if all(end[name] <= start.get(name, 0) for name in end):
+        run.progress.say("nothing new to read" + (f" since batch {last.batch}" if last is not None else ""))
+        return
+    options.update(startingOffsets=json.dumps(start), endingOffsets=json.dumps(end))
+    events = spark.read.format("logport").options(**options).load()
+    run.progress.watch(StageProgress(spark), interval=0.5, final=True)
+    try:
+        run.run(events, run.writer.next_batch(), {"mode": "batch", "offsets": {**previous, **end}})
+    finally:
+        run.progress.stop()
+
+
+def stream_base(run: LakeRun, checkpoint: Path) -> int:
+    """The lake batch id of the checkpoint's micro-batch 0: kept in the checkpoint while the lake's last batch is
+    one of its own (or none came since it started); else the lake moved on (a batch run, --rebuild) and a new
+    checkpoint starts from the lake's offsets."""
+    mark = checkpoint / CHECKPOINT_MARK
+    lake = str(run.writer.root.resolve())
+    following = run.writer.next_batch()
+    if checkpoint.is_dir() and any(checkpoint.iterdir()):
+        try:
+            held = json.loads(mark.read_bytes())
+        except (OSError, ValueError):
+            raise LakeError(f"checkpoint {str(checkpoint)!r} is not one of logport pipeline's (no readable "
+                            f"{CHECKPOINT_MARK}): remove it, or choose another --checkpoint") from None
+        if held.get("lake") != lake:
+            raise LakeError(f"checkpoint {str(checkpoint)!r} is lake {held.get('lake')!r}'s, not {lake!r}: choose "
+                            "another --checkpoint")
+        last = run.writer.last
+        if held["base"] == following or (last is not None and (last.info.get("stream") or {}).get("base")
+                                         == held["base"]):
+            return int(held["base"])
+        run.progress.say(f"the lake has batches since checkpoint {checkpoint} (a batch run?): a new checkpoint "
+                         "starts at the lake's offsets")
+        shutil.rmtree(checkpoint)
+    write_json(mark, {"base": following, "lake": lake})
+    return following
+
+
+def checkpoint_offsets(checkpoint: Path, micro_batch: int) -> dict[str, int]:
+    """The source's end offsets of a micro-batch, as Spark's checkpoint holds them (`offsets/<n>`: a version line,
+    the batch's metadata, then the source's offset JSON)."""
+    lines = (checkpoint / "offsets" / str(micro_batch)).read_text().splitlines()
+    offsets: dict[str, int] = json.loads(lines[2]) if len(lines) > 2 and lines[2] != "-" else {}
+    return offsets
+
+
+def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, checkpoint: Path) -> None:
     from pyspark.errors import StreamingQueryException
 
-    events = spark.readStream.format("logport").options(**source_options(args)).load()
-    events = events.withWatermark("time", args.watermark)
-    checkpoint = Path(args.checkpoint) if args.checkpoint else out / "_checkpoints"
-    queries = []
-    for name, df in statistics(events, output_names(args.outputs)).items():
-        writer = (df.writeStream.format("parquet").outputMode("append").partitionBy(*PARTITIONS.get(name, ["date"]))
-                  .option("path", str(out / name)).option("checkpointLocation", str(checkpoint / name))
-                  .queryName(f"logport_{name}"))
-        writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(
-            processingTime=f"{args.trigger_seconds} seconds")
-        query = writer.start()
-        queries.append(query)
-        # Start the next query once this one has planned its first batch: each start spawns Python
-        # planner processes, and Spark gives a new Python worker only ~10 s to connect back, which
-        # several starting at once on a busy machine can miss.
+    base = stream_base(run, checkpoint)
+    options = source_options(args)
+    last = run.writer.last
+    if last is not None and last.info.get("offsets"):  # a new checkpoint starts where the lake ends
+        options["startingOffsets"] = json.dumps(last.info["offsets"])
+
+    def each(events: DataFrame, micro_batch: int) -> None:
+        batch = base + micro_batch
+        if run.writer.log.is_committed(batch):  # replayed: Spark did not record it done, the lake did
+            run.progress.say(f"batch {batch} (micro-batch {micro_batch}) is committed already: skipped")
+            return
+        previous = (run.writer.last.info.get("offsets") or {}) if run.writer.last is not None else {}
+        offsets = {**previous, **checkpoint_offsets(checkpoint, micro_batch)}
+        run.run(events, batch, {"mode": "stream", "offsets": offsets, "stream": {"base": base, "batch": micro_batch}})
+
+    writer = (spark.readStream.format("logport").options(**options).load().writeStream.foreachBatch(each)
+              .option("checkpointLocation", str(checkpoint)).queryName("logport_pipeline"))
+    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(
+        processingTime=f"{args.trigger_seconds} seconds")
+    query = writer.start()
+    try:
         started = time.monotonic()
         while query.isActive and query.lastProgress is None and time.monotonic() - started < 60:
             time.sleep(0.2)
         first = query.recentProgress[:1]
         if first and first[0]["batchId"] > 0:  # a restart: say where the checkpoint took it up
-            progress.say(f"{query.name}: resumed from its checkpoint at micro-batch {first[0]['batchId']}")
-
-    def poll() -> str | None:
-        lines = []
-        for q in queries:
-            done = [p for p in q.recentProgress if p["numInputRows"]]
-            if done:
-                lines.append(f"{q.name}: {len(done)} batches, {sum(p['numInputRows'] for p in done)} rows read")
-        return "; ".join(lines) or None
-
-    progress.watch(poll)
-    try:
+            run.progress.say(f"{query.name}: resumed from its checkpoint at micro-batch {first[0]['batchId']}")
         deadline = time.monotonic() + args.duration if args.duration > 0 else None
-        for q in queries:
-            while q.isActive:
-                remaining = 5.0 if deadline is None else min(5.0, max(0.0, deadline - time.monotonic()))
-                if q.awaitTermination(max(1, int(remaining))):
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
+        while query.isActive:
+            remaining = 5.0 if deadline is None else min(5.0, max(0.0, deadline - time.monotonic()))
+            if query.awaitTermination(max(1, int(remaining))):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+    except StreamingQueryException:
+        pass  # query.exception() below says what
     except KeyboardInterrupt:
-        progress.say("interrupted: stopping the queries (the checkpoint keeps the position)")
-    except StreamingQueryException:  # one failed: the others are stopped, and QueryFailed below says why
-        pass
+        run.progress.say("interrupted: stopping the query (the checkpoint and the lake keep the position)")
     finally:
-        for q in queries:
-            q.stop()
-        progress.stop()
-    written = {}
-    for q in queries:
-        done = [p for p in q.recentProgress if p["numInputRows"]]
-        written[q.name] = rows = sum(p["numInputRows"] for p in done)
-        progress.say(f"{q.name}: {len(done)} batches, {rows} rows read")
-    failed = [(q.name, q.exception()) for q in queries if q.exception() is not None]
-    if failed:  # a query that stopped on an error: the run failed (its checkpoint keeps the position)
-        raise QueryFailed("; ".join(f"{name}: {_first_lines(str(e))}" for name, e in failed))
-    return written
+        query.stop()
+    failure = query.exception()
+    if failure is not None:  # the run failed; the checkpoint and the lake keep the position
+        raise QueryFailed(cause(failure) or _first_lines(str(failure)))
 
 
 class QueryFailed(LogportError):
@@ -539,76 +587,74 @@ class QueryFailed(LogportError):
 
 def _first_lines(text: str, limit: int = 2000) -> str:
     """A Spark error with its Python traceback: the lines that say what happened (the last of the traceback)."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in text.split("=== Streaming Query ===")[0].splitlines() if line.strip()]
     said = [line for line in lines if not line.startswith((" ", "\t", "Traceback", "JVM stacktrace"))]
     return " | ".join(said)[:limit]
 
 
-def collect_for_report(spark: SparkSession, out: Path, top_exceptions: int) -> dict[str, list[dict[str, Any]]]:
-    """The small aggregates the report draws, read back from the Parquet output."""
-    from pyspark.sql import functions as F
-
-    def table(name: str) -> DataFrame | None:
-        path = out / name
-        return spark.read.parquet(str(path)) if path.exists() and any(path.rglob("*.parquet")) else None
-
-    data: dict[str, list[dict[str, Any]]] = {"minutes": [], "actions": [], "exceptions": [], "traffic": []}
-    minutes = table("app_minutes")
-    if minutes is not None:
-        data["minutes"] = [r.asDict() for r in minutes.groupBy("minute").agg(
-            F.sum("count").alias("count"), F.max("total_time_p50").alias("p50"),
-            F.max("total_time_p95").alias("p95"), F.max("total_time_p99").alias("p99"),
-            F.sum("code_4xx").alias("code_4xx"), F.sum("code_5xx").alias("code_5xx"),
-            F.sum("with_exceptions").alias("with_exceptions")).orderBy("minute").collect()]
-    reqs = table("requests")
-    if reqs is not None:
-        data["actions"] = [r.asDict() for r in reqs.groupBy("app_env", "action").agg(
-            F.sum("count").alias("count"),
-            (F.sum(F.col("total_time_mean") * F.col("count")) / F.sum("count")).alias("mean"),
-            F.max("total_time_p95").alias("worst_minute_p95"), F.max("total_time_max").alias("max"),
-            ((F.sum("apdex_happy") + F.sum("apdex_satisfied") + F.sum("apdex_tolerating") / 2)
-             / F.sum("count")).alias("apdex"),
-            F.sum("code_5xx").alias("code_5xx")).orderBy(F.desc("mean")).limit(25).collect()]
-    exc = table("exceptions")
-    if exc is not None:
-        data["exceptions"] = [r.asDict() for r in exc.groupBy("exception").agg(F.sum("count").alias("count"))
-                              .orderBy(F.desc("count"), "exception").limit(top_exceptions).collect()]
-    traf = table("traffic")
-    if traf is not None:
-        data["traffic"] = [r.asDict() for r in traf.groupBy("segment", "tag").agg(
-            F.sum("events").alias("events"), F.sum("bytes").alias("bytes"),
-            *[F.sum(f"{s}_events").alias(s) for s in SOURCES], F.sum("opaque_events").alias("opaque"),
-            F.sum(F.when(F.col("minute").isNull(), F.col("events")).otherwise(0)).alias("untimed"),
-            F.min("minute").alias("first"), F.max("minute").alias("last")).orderBy("segment", "tag").collect()]
-    return data
+def write_report(out: Path, report: Path, progress: Progress) -> None:
+    """report.html from the lake, by the UI's report module (logport.ui.report), when the driver has the UI's
+    libraries (a spark-package environment leaves them out)."""
+    try:
+        from logport.ui.report import write_report as write_html
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.partition(".")[0] not in REPORT_NEEDS:
+            raise
+        print(f"logport pipeline: no report written: the static report needs {e.name}, which this Python lacks "
+              "(the lake is written; draw the report where logport ui runs)", file=sys.stderr)
+        return
+    write_html(out, report)
+    progress.say(f"report: {report}")
 
 
 def main(args: argparse.Namespace) -> int:
-    from logport.spark.report import write_report
+    from logport.lake import resources
+    from logport.spark import stream_settings
     from logport.spark.segments import SourceOptionError
 
     args.stream = args.stream or args.mode == "stream"
     if args.data_dir and not Path(args.data_dir).is_dir():  # say so before Spark starts, not in a task's traceback
         raise SourceOptionError(f"--data-dir {args.data_dir!r} is not a directory (a hub's data directory)")
+    since, until = parse_instant("--since", args.since), parse_instant("--until", args.until)
+    if since is not None and until is not None and since >= until:
+        raise PipelineOptionError(f"--since {args.since} is not before --until {args.until}")
+    watermark = round(parse_interval("--watermark", args.watermark) * 1_000_000) if args.stream else None
+    chosen_resources = resources.load(args.resources) if args.resources else None
+    streams = stream_settings.load(args.streams) if args.streams else None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    spark = spark_session(args.master, ui=args.spark_ui)
-    spark.sparkContext.setLogLevel("WARN")
+    checkpoint = Path(args.checkpoint) if args.checkpoint else out / CHECKPOINT_DIR
     progress = Progress(args.quiet)
-    mode = "streaming" if args.stream else "batch"
-    where = args.data_dir or ", ".join(servers(args))
-    progress.say(f"{mode} run over {where}, output in {out}")
-    if spark.sparkContext.uiWebUrl:
-        progress.say(f"Spark UI: {spark.sparkContext.uiWebUrl}")
-    written = run_stream(spark, args, out, progress) if args.stream else run_batch(spark, args, out, progress)
-    report = Path(args.report) if args.report else out / "report.html"
-    write_report(report, collect_for_report(spark, out, args.top_exceptions),
-                 title=f"logport pipeline: {where}", written=written)
-    progress.say(f"report: {report}")
+    writer = LakeWriter(out)
+    writer.lock()
+    try:
+        if args.rebuild:
+            writer.rebuild([*all_tables(), TRAFFIC.name, EVENTS.name, *LEGACY_TABLES], checkpoint)
+        settings = writer.settings(args.time, chosen_resources, resources_from=args.resources or "")
+        chosen = builders(args.outputs, args.outputs != ",".join(DEFAULT_OUTPUTS), progress)
+        spark = spark_session(args.master, ui=args.spark_ui)
+        spark.sparkContext.setLogLevel("WARN")
+        mode = "streaming" if args.stream else "batch"
+        where = args.data_dir or ", ".join(servers(args))
+        progress.say(f"{mode} run over {where}, lake {out} (time {settings.time_basis}; "
+                     f"{', '.join(name for name, _ in chosen)})")
+        if spark.sparkContext.uiWebUrl:
+            progress.say(f"Spark UI: {spark.sparkContext.uiWebUrl}")
+        run = LakeRun(writer, settings, chosen, progress, args.stream, streams, since, until, watermark)
+        if args.stream:
+            run_stream(spark, args, run, checkpoint)
+        else:
+            run_batch(spark, args, run)
+    finally:
+        writer.close()
+    write_report(out, Path(args.report) if args.report else out / "report.html", progress)
     return 0
 
 
 if __name__ == "__main__":  # spark-submit src/logport/spark/pipeline.py --data-dir ...
     parser = argparse.ArgumentParser(prog="pipeline.py", description=__doc__)
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    try:
+        sys.exit(main(parser.parse_args()))
+    except LogportError as e:
+        print(f"logport pipeline: {e}", file=sys.stderr)
+        sys.exit(2)
