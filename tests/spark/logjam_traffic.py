@@ -354,7 +354,7 @@ def _frontend(g: Generator) -> None:
     for stream, rid, ms in backend[220:226]:
         at = ms + 300
         g.add("shop-production", "frontend.page",
-              {"started_at": started_at(at, zone), "logjam_action": "Orders#show", "rts": rts_page(0),
+              {"started_at": started_at(at, zone), "logjam_action": "Orders#show", "rts": ",".join(["0"] * 16),
                "logjam_request_id": f"{stream}-{rid}", "user_agent": AGENTS[2]}, at)
     # frontend messages for a backend-only page, and without rts
     for _ in range(3):
