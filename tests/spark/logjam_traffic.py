@@ -28,7 +28,7 @@ from logport.servers.logjam_ingest import MessageDecoder
 from logport.store import SegmentStore
 from logport.store.identity import ensure_hub_identity
 
-# 2026-11-18 22:50 UTC: local days differ between the zones below, and some streams cross midnight
+# 2026-11-24 22:50 UTC: local days differ between the zones below, and some streams cross midnight
 BASE_MS = 1_795_560_600_000
 ZONES = {"+01:00": timezone(timedelta(hours=1)), "-05:00": timezone(timedelta(hours=-5)),
          "+05:30": timezone(timedelta(hours=5, minutes=30)), "Z": UTC}
