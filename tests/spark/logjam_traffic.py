@@ -28,7 +28,7 @@ from logport.servers.logjam_ingest import MessageDecoder
 from logport.store import SegmentStore
 from logport.store.identity import ensure_hub_identity
 
-# 2026-11-18 22:50 UTC: local days differ between the zones below, and some streams cross midnight
+# 2026-11-24 22:50 UTC: local days differ between the zones below, and some streams cross midnight
 BASE_MS = 1_795_560_600_000
 ZONES = {"+01:00": timezone(timedelta(hours=1)), "-05:00": timezone(timedelta(hours=-5)),
          "+05:30": timezone(timedelta(hours=5, minutes=30)), "Z": UTC}
@@ -354,7 +354,7 @@ def _frontend(g: Generator) -> None:
     for stream, rid, ms in backend[220:226]:
         at = ms + 300
         g.add("shop-production", "frontend.page",
-              {"started_at": started_at(at, zone), "logjam_action": "Orders#show", "rts": rts_page(0),
+              {"started_at": started_at(at, zone), "logjam_action": "Orders#show", "rts": ",".join(["0"] * 16),
                "logjam_request_id": f"{stream}-{rid}", "user_agent": AGENTS[2]}, at)
     # frontend messages for a backend-only page, and without rts
     for _ in range(3):
