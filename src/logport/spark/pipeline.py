@@ -26,7 +26,6 @@ from logport.errors import LogportError
 from logport.lake.log import Entry, LakeError
 from logport.lake.tables import Table, all_tables
 from logport.spark.context import TIME_BASES, BatchContext, LakeSettings
-from logport.spark.errors import cause
 from logport.spark.lakewriter import (
     CHECKPOINT_DIR,
     BatchOutput,
@@ -578,7 +577,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, run: LakeRun, chec
         query.stop()
     failure = query.exception()
     if failure is not None:  # the run failed; the checkpoint and the lake keep the position
-        raise QueryFailed(cause(failure) or _first_lines(str(failure)))
+        raise QueryFailed(_first_lines(str(failure)))
 
 
 class QueryFailed(LogportError):
