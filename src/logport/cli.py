@@ -531,7 +531,6 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     the hubs' offsets itself), and a Spark error that wraps ours (the data source's) as ours."""
     from logport.spark import errors as spark_errors
     from logport.spark.log4j import quiet_spark_logs
-    from logport.spark.segments import HubUnreachable
 
     options = pipeline_parser().parse_args(args.args)
     quiet_spark_logs()
@@ -540,8 +539,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     except Exception as e:
         if args.debug:
             raise
-        # a hub that did not answer is the state of things (1), as when Spark's planner met it
-        code = 1 if isinstance(e, HubUnreachable) else exit_code(e) if isinstance(e, LogportError) else None
+        code = exit_code(e) if isinstance(e, LogportError) else None  # a hub that did not answer: 1, as in Spark
         said = str(e) if code else spark_errors.cause(e)
         if said is None:
             raise
