@@ -509,15 +509,6 @@ def _derived(requests: pa.Table) -> pa.Table:
     return t.append_column("frontend_time", pc.coalesce(requests.column("page_time"), requests.column("ajax_time")))
 
 
-def sort_columns(table: Table) -> list[str]:
-    """The columns a table's files are sorted by within a partition, as the pipeline's lake writer sorts them: its
-    keys less the partition columns; for aggregates, `minute` last (one page's minutes lie together)."""
-    keys = [name for name, _ in table.keys if name not in table.partition]
-    if table.merge is not None and "minute" in keys:
-        keys = [k for k in keys if k != "minute"] + ["minute"]
-    return keys
-
-
 def _write_table(root: Path, table: Table, rows: pa.Table, batch_id: int) -> list[str]:
     """Write one batch's rows of a table as the pipeline's lake writer does: the table's exact columns, one file per
     partition value (no partition column in the files), sorted by the table's keys, named after the batch; the
@@ -525,7 +516,7 @@ def _write_table(root: Path, table: Table, rows: pa.Table, batch_id: int) -> lis
     import pyarrow.parquet as pq
 
     rows = rows.select([c for c, _ in table.columns]).cast(pa.schema([(c, arrow_type(t)) for c, t in table.columns]))
-    order = [(c, "ascending") for c in sort_columns(table)]
+    order = [(c, "ascending") for c in table.sort_columns]
     parts = [("", rows)]
     if table.partition:
         (column,) = table.partition

@@ -43,6 +43,15 @@ class Table:
         assert self.merge is not None, f"{self.name} rows are not aggregates"
         return self.merge.get(column, "sum")
 
+    @property
+    def sort_columns(self) -> list[str]:
+        """The columns the table's files are sorted by within a partition, so a reader's filter skips row groups:
+        its keys less the partition columns; for aggregates, `minute` last (one page's minutes lie together)."""
+        keys = [name for name, _ in self.keys if name not in self.partition]
+        if self.merge is not None and "minute" in keys:
+            keys = [k for k in keys if k != "minute"] + ["minute"]
+        return keys
+
 
 def aggregate_values(resources: Resources) -> tuple[tuple[str, str], ...]:
     """The value columns of `minutes` and `totals` (logjam's totals/minutes documents, specs 3.2, plus sketches)."""

@@ -57,15 +57,6 @@ def settings_of(info: Mapping[str, Any]) -> LakeSettings:
         raise LakeError(f"{LAKE_FILE}: no valid lake settings ({e})") from None
 
 
-def sort_columns(table: Table) -> list[str]:
-    """The columns a table's files are sorted by within a partition, so a reader's filter skips row groups: its
-    keys less the partition columns; for aggregates, `minute` last (one page's minutes lie together)."""
-    keys = [name for name, _ in table.keys if name not in table.partition]
-    if table.merge is not None and "minute" in keys:
-        keys = [k for k in keys if k != "minute"] + ["minute"]
-    return keys
-
-
 @dataclass
 class BatchOutput:
     """What one batch commits: its tables (with their contract), state tables and blobs for the next batch, and
@@ -234,7 +225,7 @@ class LakeWriter:
         """The table's rows as Parquet under `path` (one file per partition value for aggregates, as many as the
         session's cores for detail tables; each sorted by the table's keys); the files written."""
         partition = list(table.partition)
-        keys = sort_columns(table)
+        keys = table.sort_columns
         # aggregates: few rows, one task writes them, one file per partition value; detail tables (events, stored
         # requests) at most a file per core and partition value, whatever the shuffles before them left
         df = df.coalesce(1 if table.merge is not None else df.sparkSession.sparkContext.defaultParallelism)
@@ -272,7 +263,7 @@ class LakeWriter:
         `c<batch>-<n>.parquet`."""
         df = spark.read.parquet(*[str(self.root / p) for p in old])
         target = staging / rel_dir.replace("/", "_")
-        df.coalesce(1).sortWithinPartitions(*sort_columns(table)).write.mode("overwrite").parquet(str(target))
+        df.coalesce(1).sortWithinPartitions(*table.sort_columns).write.mode("overwrite").parquet(str(target))
         written = sorted(target.rglob("*.parquet"))
         return [(path, f"{rel_dir}/c{tag}-{n:05d}.parquet") for n, path in enumerate(written)]
 
