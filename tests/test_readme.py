@@ -26,7 +26,8 @@ import pytest
 from logport.config import Config
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow  # a hub and two Spark JVMs: tens of seconds
+# a hub and two Spark JVMs running every table builder: 184 s on a quiet 2-core machine, near the default 300 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 README = REPO / "README.md"
 SHELLS = {"sh", "bash", "shell"}

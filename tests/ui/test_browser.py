@@ -29,7 +29,9 @@ import pytest
 from logport.lake.log import LakeLog
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.slow
+# the first test's setup runs `logport pipeline batch` over the stored traffic (a JVM of its own and every table
+# builder): 228 s on a quiet 2-core machine, near the suite's 300 s default
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
