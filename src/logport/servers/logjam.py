@@ -283,7 +283,6 @@ class LogjamDevice:
         max_batch, limit = self.config.max_batch, self.decoder.limit
         max_frame = self.runtime.store.config.max_frame_size
         received = self.metrics.received.labels(kind)
-        take = self._take_router if router else self._take_pull
         while True:
             await self._reading.wait()
             await asock.poll(timeout=None)  # POLLIN
@@ -297,8 +296,10 @@ class LogjamDevice:
                 if drained.count:
                     append = asyncio.ensure_future(store_drained(self.runtime, self.config.segment, drained))
                     await self._pending.put(_Pending(append, [], [], kind, drained))
-                if drained.left is not None:  # a ping there is answered once the messages drained before it are
-                    await take([drained.left], append)
+                if drained.left is not None and router:  # a ping is answered once the messages drained before it are
+                    await self._take_router([drained.left], append)
+                elif drained.left is not None:  # PULL answers nothing
+                    await self._take_pull([drained.left])
             finally:
                 self._taking -= 1
 
@@ -318,8 +319,7 @@ class LogjamDevice:
             self._take_one(conn.next_event(), peer, "router", accepted, replies, before is not None)
         await self._enqueue(accepted, replies, "router", before)
 
-    async def _take_pull(self, batch: list[tuple[list[bytes], str]],
-                         before: asyncio.Future[None] | None = None) -> None:
+    async def _take_pull(self, batch: list[tuple[list[bytes], str]]) -> None:
         accepted: list[Taken] = []
         conn = self.pull_conn
         for (frames, peer), taken in zip(batch, self.decoder.take_batch(batch, False, "pull"), strict=True):
